@@ -1,0 +1,1 @@
+"""Dataset loaders, metrics, and the benchmark runners behind ``memstrata bench``."""

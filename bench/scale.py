@@ -1,0 +1,588 @@
+"""``memstrata bench scale``: search latency and ingest rate at 10k to 1M items, vs rank-bm25.
+
+For each corpus size N the benchmark builds one store holding N synthetic memory items of
+a single tenant (plus a few small tenants, so the tenant filter does real work), times
+ingestion through :meth:`Store.add_many`, then times :meth:`Retriever.search` (lexical,
+tag, prior and graph channels; no embedder) and rank-bm25 over the same texts and queries.
+
+The corpus is synthetic but shaped like real memories: 8-25 word sentences drawn from a
+Zipf-distributed vocabulary (common English words and made-up ones), a speaker, an event
+time within three years, 1-3 tags from a Zipf-distributed tag vocabulary of 2,000. Every
+random draw comes from one ``numpy`` generator seeded with ``seed``: a run is repeatable.
+
+Memory figures: ``ru_maxrss`` is the process-wide high-water mark since the process began
+(all earlier sizes and phases included); ``*_peak_delta_mb`` is how much a phase raised it
+(0 when the phase stayed below an earlier peak); ``*_rss_delta_mb`` is the change of the
+current resident set across the phase (``/proc/self/statm``; None where unavailable).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import resource
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from memstrata.memory import (
+    Edge,
+    EpisodicItem,
+    FactItem,
+    Item,
+    PersonaItem,
+    ProspectiveItem,
+    Retriever,
+    SemanticItem,
+    Store,
+)
+from tqdm import tqdm
+
+from .baselines import TOKENIZERS, BM25Index
+from .metrics import percentiles
+
+MAIN_USER = "scale-user"
+OTHER_USERS = ("other-a", "other-b", "other-c", "other-d")
+OTHER_SHARE = 0.01  # each other tenant holds this share of N items (at least 200)
+SPEAKERS = ("Alice", "Bob", "Carmen", "Dmitri", "Esther", "Farid")
+KINDS: tuple[tuple[str, type[Item], float], ...] = (
+    ("fact", FactItem, 0.40),
+    ("semantic", SemanticItem, 0.28),
+    ("episodic", EpisodicItem, 0.26),
+    ("prospective", ProspectiveItem, 0.03),
+    ("persona", PersonaItem, 0.03),
+)
+VOCAB_SIZE = 4_000
+TAG_VOCAB_SIZE = 2_000
+ZIPF_S = 1.0
+TIME_START = datetime(2022, 1, 1, tzinfo=UTC)
+TIME_SPAN_S = 3 * 365 * 24 * 3600
+BATCH = 5_000
+EDGE_SHARE = 0.1  # edges per item ("related" links to an earlier item of the same tenant)
+
+# High-frequency function words take the first Zipf ranks, as in real text.
+_FUNCTION_TEXT = """
+the i to and a of it in that my was you is for with on we so but me at have had this be
+just about they from our when all like she he out her his what were been really up then
+some there too one an do if not by them more got get going went
+"""
+_FUNCTION_WORDS: list[str] = list(dict.fromkeys(_FUNCTION_TEXT.split()))
+
+_COMMON_TEXT = """
+time day week year today yesterday weekend morning evening night dinner lunch breakfast
+coffee tea family friend friends mom dad sister brother kids kid son daughter husband wife
+partner dog cat puppy home house apartment city town trip travel vacation beach mountain
+hike hiking camping park garden school class teacher college job work office boss project
+meeting team client book books reading novel story painting art music guitar piano song
+concert band movie film show game games soccer basketball running race marathon yoga gym
+doctor hospital health surgery therapy support group community church volunteer charity
+shelter adoption wedding birthday party gift present card letter photo picture camera
+phone laptop car bike bus train flight airport hotel museum library store market shop
+recipe cake bread pasta pizza salad garden flowers plants tree lake river ocean sunset
+rain snow summer winter spring autumn holiday festival parade conference workshop course
+degree exam interview career promotion salary rent moving move new old first last favorite
+love loved enjoy enjoyed started finished learned taught visited bought made cooked baked
+painted wrote played watched planning planned decided tried hoped excited happy proud
+nervous tired busy calm grateful
+"""
+_COMMON_WORDS: list[str] = list(dict.fromkeys(_COMMON_TEXT.split()))
+
+_ONSETS = ("b", "br", "c", "ch", "d", "dr", "f", "fl", "g", "gr", "h", "j", "k", "l", "m",
+           "n", "p", "pl", "r", "s", "sh", "st", "t", "tr", "v", "w", "z", "qu", "sk", "th")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ou", "io", "y")
+_CODAS = ("", "", "", "n", "r", "l", "s", "m", "nd", "st", "x", "k")
+
+
+@dataclass
+class Corpus:
+    """A synthetic corpus held as index arrays; texts are rendered on demand."""
+
+    vocab: list[str]
+    tags: list[str]
+    word_ids: np.ndarray  # all items' word indices, concatenated
+    word_offsets: np.ndarray  # item i's words: word_ids[word_offsets[i]:word_offsets[i+1]]
+    tag_ids: np.ndarray
+    tag_offsets: np.ndarray
+    tenant: np.ndarray  # index into (MAIN_USER, *OTHER_USERS)
+    speaker: np.ndarray
+    kind: np.ndarray
+    event_s: np.ndarray  # seconds after TIME_START
+    ids: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def text(self, i: int) -> str:
+        """Item ``i``'s sentence."""
+        span = self.word_ids[self.word_offsets[i]:self.word_offsets[i + 1]]
+        words = [self.vocab[w] for w in span]
+        return words[0].capitalize() + " " + " ".join(words[1:]) + "."
+
+    def item_tags(self, i: int) -> list[str]:
+        """Item ``i``'s tags."""
+        return [self.tags[t] for t in self.tag_ids[self.tag_offsets[i]:self.tag_offsets[i + 1]]]
+
+    def item(self, i: int) -> Item:
+        """Item ``i`` as the pydantic model of its kind."""
+        _, model, _ = KINDS[int(self.kind[i])]
+        users = (MAIN_USER, *OTHER_USERS)
+        return model(
+            id=self.ids[i], user_id=users[int(self.tenant[i])], text=self.text(i),
+            tags=self.item_tags(i), speaker=SPEAKERS[int(self.speaker[i])],
+            event_time=datetime.fromtimestamp(TIME_START.timestamp() + float(self.event_s[i]),
+                                              tz=UTC),
+            source="scale-bench",
+        )
+
+
+def _zipf_p(n: int, s: float = ZIPF_S) -> np.ndarray:
+    p = 1.0 / np.arange(1, n + 1, dtype=float) ** s
+    return p / p.sum()
+
+
+def _made_up_words(rng: np.random.Generator, count: int, taken: set[str]) -> list[str]:
+    out: list[str] = []
+    seen = set(taken)
+    while len(out) < count:
+        n_syl = 2 if rng.random() < 0.8 else 3
+        word = "".join(
+            _ONSETS[rng.integers(len(_ONSETS))] + _VOWELS[rng.integers(len(_VOWELS))]
+            for _ in range(n_syl)
+        ) + _CODAS[rng.integers(len(_CODAS))]
+        if word not in seen and 4 <= len(word) <= 10:
+            seen.add(word)
+            out.append(word)
+    return out
+
+
+def make_vocabularies(rng: np.random.Generator) -> tuple[list[str], list[str]]:
+    """The word vocabulary (Zipf rank order) and the tag vocabulary (Zipf rank order).
+
+    Function words take the top ranks; common English and made-up words are shuffled
+    into the rest. Half of the tags are content words of the vocabulary, half are new.
+    """
+    function = _FUNCTION_WORDS
+    common = [w for w in _COMMON_WORDS if w not in function]
+    made_up = _made_up_words(rng, VOCAB_SIZE - len(function) - len(common), set(function + common))
+    content = common + made_up
+    content = [content[i] for i in rng.permutation(len(content))]
+    vocab = function + content
+    from_vocab = [content[i] for i in rng.choice(len(content), TAG_VOCAB_SIZE // 2, replace=False)]
+    new_tags = _made_up_words(rng, TAG_VOCAB_SIZE - len(from_vocab), set(vocab))
+    tags = from_vocab + new_tags
+    tags = [tags[i] for i in rng.permutation(len(tags))]
+    return vocab, tags
+
+
+def make_corpus(n: int, seed: int = 0) -> Corpus:
+    """N main-tenant items plus the small tenants' items, interleaved in a seeded order."""
+    rng = np.random.default_rng(seed)
+    vocab, tags = make_vocabularies(rng)
+    n_other = max(200, int(n * OTHER_SHARE))
+    tenant = np.concatenate([np.zeros(n, dtype=np.int8)] + [
+        np.full(n_other, t, dtype=np.int8) for t in range(1, len(OTHER_USERS) + 1)
+    ])
+    tenant = tenant[rng.permutation(len(tenant))]
+    total = len(tenant)
+    lengths = rng.integers(8, 26, size=total)
+    word_offsets = np.concatenate([[0], np.cumsum(lengths)])
+    word_ids = rng.choice(len(vocab), size=int(word_offsets[-1]), p=_zipf_p(len(vocab))
+                          ).astype(np.int32)
+    n_tags = rng.integers(1, 4, size=total)
+    tag_offsets = np.concatenate([[0], np.cumsum(n_tags)])
+    tag_ids = rng.choice(len(tags), size=int(tag_offsets[-1]), p=_zipf_p(len(tags))
+                         ).astype(np.int32)
+    kind_p = np.array([p for _, _, p in KINDS])
+    counters = [0] * (len(OTHER_USERS) + 1)
+    ids = []
+    for t in tenant.tolist():
+        ids.append(f"i_s{t}_{counters[t]:010d}")
+        counters[t] += 1
+    return Corpus(
+        vocab=vocab, tags=tags, word_ids=word_ids, word_offsets=word_offsets, tag_ids=tag_ids,
+        tag_offsets=tag_offsets, tenant=tenant,
+        speaker=rng.integers(0, len(SPEAKERS), size=total, dtype=np.int8),
+        kind=rng.choice(len(KINDS), size=total, p=kind_p / kind_p.sum()).astype(np.int8),
+        event_s=rng.integers(0, TIME_SPAN_S, size=total), ids=ids,
+    )
+
+
+def make_queries(corpus: Corpus, count: int, seed: int = 0) -> list[str]:
+    """``count`` queries of 3-6 content words with the corpus's Zipf word frequencies.
+
+    About half add a tag-like word (a tag, Zipf-drawn), a fifth name a speaker and a
+    seventh name a year, so the tag channel and the speaker and time priors get work.
+    """
+    rng = np.random.default_rng([seed, 1])
+    first_content = len(_FUNCTION_WORDS)
+    content = corpus.vocab[first_content:]
+    p_words = _zipf_p(len(corpus.vocab))[first_content:]  # the corpus's own word frequencies
+    p_words /= p_words.sum()
+    p_tags = _zipf_p(len(corpus.tags))
+    out = []
+    for _ in range(count):
+        words = [content[i] for i in rng.choice(len(content), int(rng.integers(3, 7)),
+                                                p=p_words)]
+        if rng.random() < 0.5:
+            words[int(rng.integers(len(words)))] = corpus.tags[rng.choice(len(corpus.tags),
+                                                                         p=p_tags)]
+        if rng.random() < 0.2:
+            words.insert(0, SPEAKERS[int(rng.integers(len(SPEAKERS)))] + "'s")
+        if rng.random() < 1 / 7:
+            words.append(f"in {2022 + int(rng.integers(3))}")
+        out.append(" ".join(words))
+    return out
+
+
+# -- measurement helpers ---------------------------------------------------------------------
+
+
+def _maxrss_mb() -> float:
+    """The process's peak resident set so far (``ru_maxrss``), in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def _rss_mb() -> float | None:
+    """The current resident set in MiB (Linux ``/proc/self/statm``), else None."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+
+
+@contextmanager
+def _memory(into: dict[str, Any], prefix: str) -> Iterator[None]:
+    """Record a phase's memory figures under ``{prefix}_...`` keys of ``into``."""
+    gc.collect()
+    peak0, rss0 = _maxrss_mb(), _rss_mb()
+    yield
+    peak1, rss1 = _maxrss_mb(), _rss_mb()
+    into[f"{prefix}_peak_rss_mb"] = round(peak1, 1)
+    into[f"{prefix}_peak_delta_mb"] = round(peak1 - peak0, 1)
+    into[f"{prefix}_rss_delta_mb"] = (
+        round(rss1 - rss0, 1) if rss0 is not None and rss1 is not None else None
+    )
+
+
+def _file_mb(path: Path) -> float:
+    return round(path.stat().st_size / (1024 * 1024), 2) if path.exists() else 0.0
+
+
+def _time_queries(search: Callable[[str], list[Any]], queries: list[str], desc: str,
+                  progress: bool) -> tuple[list[float], list[int]]:
+    lat, sizes = [], []
+    for q in tqdm(queries, desc=desc, unit="q", disable=not progress, file=sys.stderr):
+        started = time.perf_counter()
+        hits = search(q)
+        lat.append((time.perf_counter() - started) * 1000)
+        sizes.append(len(hits))
+    return lat, sizes
+
+
+def _latency(lat: list[float]) -> dict[str, float]:
+    pct = percentiles(lat)
+    return {"p50_ms": pct["p50"], "p95_ms": pct["p95"],
+            "mean_ms": round(float(np.mean(lat)), 3), "max_ms": round(float(np.max(lat)), 3)}
+
+
+# -- phases ----------------------------------------------------------------------------------
+
+
+def _ingest(store: Store, corpus: Corpus, rng: np.random.Generator, progress: bool,
+            desc: str) -> dict[str, Any]:
+    """Add every item in batches, then the edges; returns the ingest figures."""
+    out: dict[str, Any] = {}
+    build_s = store_s = 0.0
+    with _memory(out, "ingest"), tqdm(total=len(corpus), desc=desc, unit="item",
+                                      disable=not progress, file=sys.stderr) as bar:
+        for start in range(0, len(corpus), BATCH):
+            stop = min(start + BATCH, len(corpus))
+            t0 = time.perf_counter()
+            batch = [corpus.item(i) for i in range(start, stop)]
+            t1 = time.perf_counter()
+            with store.transaction():
+                store.add_many(batch)
+            store_s += time.perf_counter() - t1
+            build_s += t1 - t0
+            bar.update(stop - start)
+    n = len(corpus)
+    out.update({
+        "items": n,
+        "ingest_s": round(build_s + store_s, 3),
+        "ingest_per_s": round(n / max(build_s + store_s, 1e-9), 1),
+        "store_s": round(store_s, 3),
+        "store_per_s": round(n / max(store_s, 1e-9), 1),
+        "model_build_s": round(build_s, 3),
+    })
+
+    # Edges: each tenant links EDGE_SHARE of its items to an earlier item of its own.
+    by_tenant: dict[int, list[str]] = {}
+    for i, t in enumerate(corpus.tenant.tolist()):
+        by_tenant.setdefault(t, []).append(corpus.ids[i])
+    users = (MAIN_USER, *OTHER_USERS)
+    edges = []
+    for t, ids in by_tenant.items():
+        picks = rng.choice(np.arange(1, len(ids)), size=int(len(ids) * EDGE_SHARE), replace=False)
+        for j in picks.tolist():
+            edges.append(Edge(user_id=users[t], src=ids[j], dst=ids[int(rng.integers(j))],
+                              relation="related", weight=round(float(rng.uniform(0.3, 1.0)), 3)))
+    started = time.perf_counter()
+    store.add_edges(edges)
+    edge_s = time.perf_counter() - started
+    out.update({"edges": len(edges), "edges_s": round(edge_s, 3),
+                "edges_per_s": round(len(edges) / max(edge_s, 1e-9), 1)})
+    return out
+
+
+def _bench_memstrata(store: Store, queries: list[str], warmup: str, progress: bool,
+                     desc: str) -> dict[str, Any]:
+    retriever = Retriever(store, embedder=None)
+    out: dict[str, Any] = {}
+
+    def search(q: str) -> list[Any]:
+        return retriever.search(MAIN_USER, q, k=10)
+
+    with _memory(out, "search"):
+        warm_started = time.perf_counter()
+        search(warmup)
+        out["warmup_ms"] = round((time.perf_counter() - warm_started) * 1000, 3)
+        lat, sizes = _time_queries(search, queries, desc, progress)
+    foreign = [h.id for q in queries[:5] for h in search(q) if not h.id.startswith("i_s0_")]
+    out.update(_latency(lat))
+    out.update({"queries": len(queries), "mean_hits": round(float(np.mean(sizes)), 2),
+                "empty_results": sum(1 for s in sizes if s == 0),
+                "foreign_tenant_hits": len(foreign)})
+    return out
+
+
+def _bench_bm25(corpus: Corpus, main_idx: np.ndarray, sample: int, queries: list[str],
+                warmup: str, rng: np.random.Generator, progress: bool, desc: str
+                ) -> dict[str, Any]:
+    sampled = len(main_idx) > sample
+    chosen = np.sort(rng.choice(main_idx, size=sample, replace=False)) if sampled else main_idx
+    texts = [corpus.text(int(i)) + " " + " ".join(corpus.item_tags(int(i))) for i in chosen]
+    ids = [corpus.ids[int(i)] for i in chosen]
+    out: dict[str, Any] = {"sampled": sampled, "sample_size": len(chosen),
+                           "tokenizer": "bm25_tokens"}
+    with _memory(out, "build"):
+        started = time.perf_counter()
+        index = BM25Index(ids, texts, TOKENIZERS["bm25_tokens"])
+        build_s = time.perf_counter() - started
+    del texts
+    out.update({"build_s": round(build_s, 3),
+                "ingest_per_s": round(len(ids) / max(build_s, 1e-9), 1)})
+    with _memory(out, "search"):
+        index.search(warmup, 10)
+        lat, _ = _time_queries(partial(index.search, k=10), queries, desc, progress)
+    out.update(_latency(lat))
+    out["queries"] = len(queries)
+    return out
+
+
+def _run_size(n: int, *, queries: int, bm25_queries: int, bm25_sample: int, seed: int,
+              db_dir: Path, progress: bool) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    corpus = make_corpus(n, seed)
+    gen_s = time.perf_counter() - t0
+    qs = make_queries(corpus, queries + 1, seed)
+    warmup, qs = qs[0], qs[1:]
+    rng = np.random.default_rng([seed, 2, n])
+    db_path = db_dir / f"scale_{n}.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+
+    store = Store.open(db_path)
+    try:
+        mem = _ingest(store, corpus, rng, progress, f"ingest {n:,}")
+        mem["stored_items"] = store.counts(MAIN_USER)["items"]
+        mem["stored_items_all_tenants"] = store.counts()["items"]
+        mem["db_mb_after_ingest"] = _file_mb(db_path)
+        mem["wal_mb_after_ingest"] = _file_mb(Path(f"{db_path}-wal"))
+        mem.update(_bench_memstrata(store, qs, warmup, progress, f"memstrata {n:,}"))
+    finally:
+        store.close()
+    mem["db_mb"] = _file_mb(db_path)
+    db_path.unlink(missing_ok=True)
+
+    main_idx = np.flatnonzero(corpus.tenant == 0)
+    bm = _bench_bm25(corpus, main_idx, bm25_sample, qs[:bm25_queries], warmup, rng, progress,
+                     f"rank-bm25 {n:,}")
+    if bm["sampled"]:
+        bm["note"] = (f"rank-bm25 indexed a random sample of {bm['sample_size']:,} of the "
+                      f"{len(main_idx):,} items: its query time grows linearly with the corpus, "
+                      "so these latencies understate the full-corpus cost")
+    speedup = bm["p50_ms"] / mem["p50_ms"] if mem["p50_ms"] > 0 else float("nan")
+    out: dict[str, Any] = {
+        "n_items": n,
+        "other_tenants": {u: int((corpus.tenant == t).sum())
+                          for t, u in enumerate(OTHER_USERS, start=1)},
+        "corpus_generation_s": round(gen_s, 3),
+        "memstrata": mem,
+        "rank_bm25": bm,
+        "speedup_p50": round(speedup, 2),
+    }
+    if bm["sampled"]:
+        # rank-bm25 scores every document per query term: latency scales with corpus size.
+        full = bm["p50_ms"] * len(main_idx) / bm["sample_size"]
+        out["speedup_p50_full_corpus_estimate"] = round(full / mem["p50_ms"], 2)
+    return out
+
+
+def run_scale_bench(
+    sizes: list[int],
+    *,
+    queries: int = 200,
+    bm25_sample: int = 100_000,
+    seed: int = 0,
+    db_dir: Path | None = None,
+    progress: bool = True,
+    bm25_queries: int | None = None,
+) -> dict[str, Any]:
+    """Run the scale benchmark and return the ``scale.json`` document.
+
+    Args:
+        sizes: corpus sizes N (items of the measured tenant), e.g. ``[10_000, 100_000]``.
+        queries: synthetic queries timed per size (after one warm-up query).
+        bm25_sample: above this many items rank-bm25 indexes a random sample of this size.
+        seed: seeds every random draw (corpus, queries, edges, sample).
+        db_dir: where the store files go (a temporary directory by default); each size
+            writes and then deletes ``scale_{N}.db`` there.
+        progress: show progress bars on stderr.
+        bm25_queries: how many of the queries rank-bm25 answers (default: all of them).
+
+    Returns:
+        ``{"meta": {...}, "<N>": {"memstrata": {...}, "rank_bm25": {...},
+        "speedup_p50": ...}, ...}``.
+    """
+    if not sizes or any(n <= 0 for n in sizes):
+        raise ValueError("sizes must be positive integers")
+    if queries <= 0 or bm25_sample <= 0:
+        raise ValueError("queries and bm25_sample must be positive")
+    n_bm25 = queries if bm25_queries is None else max(1, min(bm25_queries, queries))
+    doc: dict[str, Any] = {"meta": {
+        "benchmark": "scale",
+        "sizes": list(sizes),
+        "queries": queries,
+        "bm25_queries": n_bm25,
+        "bm25_sample": bm25_sample,
+        "seed": seed,
+        "k": 10,
+        "tenant": MAIN_USER,
+        "other_tenants": list(OTHER_USERS),
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+        },
+        "notes": [
+            "Items only: no embeddings are stored (encoding 1M texts is out of scope), so "
+            "memstrata's dense channel is off; search runs the lexical (FTS5 bm25), tag, "
+            "speaker/time prior and graph channels.",
+            "Ingest rate ingest_per_s counts building the pydantic items and Store.add_many "
+            f"in batches of {BATCH:,} inside store.transaction(); store_per_s counts "
+            "add_many alone. Items of every tenant are counted. Edges are added afterwards "
+            "and timed separately.",
+            "Latency is wall time of Retriever(store, embedder=None).search(user, q, k=10) "
+            "per query, after one warm-up query, single-threaded, SQLite file in WAL mode.",
+            "rank_bm25 is rank-bm25 BM25Okapi over the same main-tenant texts (text plus "
+            "tags) with memstrata's tokenizer; its ingest_per_s is documents indexed per "
+            "second (tokenizing included). Above bm25_sample items it indexes a random "
+            "sample (sampled: true), which understates its full-corpus query latency; "
+            "speedup_p50_full_corpus_estimate scales its p50 linearly to the full corpus.",
+            "Memory: *_peak_rss_mb is ru_maxrss (process-wide high-water mark since start); "
+            "*_peak_delta_mb is how much the phase raised it; *_rss_delta_mb is the change "
+            "of the current resident set across the phase (/proc/self/statm).",
+            "db_mb is the database file after close (WAL checkpointed).",
+        ],
+    }}
+    with tempfile.TemporaryDirectory(prefix="memstrata-scale-") as tmp:
+        where = Path(db_dir) if db_dir is not None else Path(tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        for n in sizes:
+            doc[str(n)] = _run_size(n, queries=queries, bm25_queries=n_bm25,
+                                    bm25_sample=bm25_sample, seed=seed, db_dir=where,
+                                    progress=progress)
+            gc.collect()
+    doc["meta"]["peak_rss_mb"] = round(_maxrss_mb(), 1)
+    return doc
+
+
+def _size_keys(doc: dict[str, Any]) -> list[str]:
+    return sorted((k for k in doc if k.isdigit()), key=int)
+
+
+def format_scale_table(doc: dict[str, Any]) -> str:
+    """A plain-text table of a scale document, one row per size."""
+    head = (f"{'N':>10} | {'memstrata p50':>13} {'p95':>8} {'ingest/s':>9} {'db MB':>8} | "
+            f"{'rank-bm25 p50':>13} {'p95':>8} {'docs/s':>8} {'indexed':>9} | {'speedup':>7}")
+    lines = [head, "-" * len(head)]
+    for key in _size_keys(doc):
+        row = doc[key]
+        m, b = row["memstrata"], row["rank_bm25"]
+        indexed = f"{b['sample_size']:,}{'*' if b['sampled'] else ''}"
+        lines.append(
+            f"{int(key):>10,} | {m['p50_ms']:>10.2f} ms {m['p95_ms']:>8.2f} "
+            f"{m['ingest_per_s']:>9,.0f} {m['db_mb']:>8.1f} | {b['p50_ms']:>10.2f} ms "
+            f"{b['p95_ms']:>8.2f} {b['ingest_per_s']:>8,.0f} {indexed:>9} | "
+            f"{row['speedup_p50']:>6.1f}x"
+        )
+    if any(doc[k]["rank_bm25"]["sampled"] for k in _size_keys(doc)):
+        lines.append("* rank-bm25 indexed a random sample: its latency understates the full cost")
+    return "\n".join(lines)
+
+
+def write_scale_outputs(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    """Write ``scale.json`` and ``scale.png`` (p50/p95 vs size, log-log) into ``out_dir``.
+
+    Returns the two paths written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = out / "scale.json", out / "scale.png"
+    json_path.write_text(json.dumps(doc, indent=2) + "\n")
+
+    keys = _size_keys(doc)
+    xs = [int(k) for k in keys]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for system, label, color in (("memstrata", "memstrata", "tab:blue"),
+                                 ("rank_bm25", "rank-bm25", "tab:orange")):
+        for stat, style in (("p50_ms", "-o"), ("p95_ms", "--s")):
+            ys = [doc[k][system][stat] for k in keys]
+            ax.plot(xs, ys, style, color=color, label=f"{label} {stat[:3]}")
+        if system == "rank_bm25":
+            for x, k in zip(xs, keys, strict=True):
+                if doc[k][system]["sampled"]:
+                    ax.annotate(f"sample of {doc[k][system]['sample_size']:,}",
+                                (x, doc[k][system]["p50_ms"]), textcoords="offset points",
+                                xytext=(-10, 8), ha="right", fontsize=8, color=color)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("items in the tenant (N)")
+    ax.set_ylabel("search latency (ms)")
+    ax.set_title("memstrata vs rank-bm25: search latency by corpus size (k=10)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=120)
+    plt.close(fig)
+    return [json_path, png_path]

@@ -1,0 +1,36 @@
+"""The store: schema and migrations, items of every kind, edges, provenance, retrieval.
+
+``memory`` imports nothing else of memstrata; everything else reaches SQLite through it.
+"""
+
+from .embed import DEFAULT_MODEL, Embedder, MiniLMEmbedder, default_embedder
+from .models import (
+    ITEM_KINDS,
+    ConsolidatedItem,
+    Conversation,
+    Edge,
+    EpisodicItem,
+    FactItem,
+    Hit,
+    Item,
+    PersonaItem,
+    ProceduralItem,
+    ProspectiveItem,
+    SemanticItem,
+    SensoryItem,
+    Session,
+    StrategyItem,
+    Turn,
+    WorkingItem,
+)
+from .query import QueryAnalysis, analyse
+from .retrieval import Retriever, SearchWeights
+from .store import Filters, Store
+
+__all__ = [
+    "DEFAULT_MODEL", "ITEM_KINDS", "ConsolidatedItem", "Conversation", "Edge", "Embedder",
+    "EpisodicItem", "FactItem", "Filters", "Hit", "Item", "MiniLMEmbedder", "PersonaItem",
+    "ProceduralItem", "ProspectiveItem", "QueryAnalysis", "Retriever", "SearchWeights",
+    "SemanticItem", "SensoryItem", "Session", "Store", "StrategyItem", "Turn", "WorkingItem",
+    "analyse", "default_embedder",
+]

@@ -1,0 +1,249 @@
+"""Pydantic models for everything that crosses the store's boundary.
+
+One ``items`` table holds every memory kind; each kind has its own model here, and the
+fields a kind adds beyond :class:`Item` travel in the row's ``data`` JSON column. Event
+time (when a thing happened) and record time (when we learned it) are separate fields.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC (the store's record-time clock)."""
+    return datetime.now(UTC)
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """Normalise a datetime to aware UTC (naive values are taken as UTC)."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+UTCDateTime = Annotated[datetime, AfterValidator(as_utc)]
+"""A datetime stored as aware UTC; naive input is taken as UTC."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Conversation(_Model):
+    """A conversation a tenant took part in (LoCoMo: one ``sample_id``)."""
+
+    id: str
+    user_id: str
+    agent_id: str | None = None
+    title: str = ""
+    speakers: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Session(_Model):
+    """One sitting of a conversation; ``started_at`` is its event time."""
+
+    id: str
+    user_id: str
+    conversation_id: str
+    index: int
+    started_at: UTCDateTime | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+
+class Turn(_Model):
+    """One utterance: who said what, in which session, and when it happened.
+
+    ``turn_id`` is the source's own id (LoCoMo's ``D3:7``); ``id`` is the store's.
+    Image captions and other side data stay in ``metadata``.
+    """
+
+    id: str = ""
+    user_id: str
+    agent_id: str | None = None
+    conversation_id: str
+    session_id: str
+    turn_id: str
+    seq: int
+    speaker: str
+    text: str
+    event_time: UTCDateTime | None = None
+    recorded_at: UTCDateTime | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+    def search_text(self) -> str:
+        """The text that is indexed: speaker, utterance and any image caption."""
+        caption = self.metadata.get("blip_caption")
+        tail = f" [shares a photo: {caption}]" if caption else ""
+        return f"{self.speaker}: {self.text}{tail}"
+
+
+class Item(_Model):
+    """A memory item of any kind. Subclasses add kind-specific fields (stored in ``data``).
+
+    ``evidence`` holds the ids of the turns it came from (provenance); ``speaker`` is who
+    said it and ``about`` whom it concerns. ``valid_to`` ends an item's validity when a
+    later one supersedes it: items are superseded, never silently rewritten.
+    """
+
+    kind: str
+    id: str = ""
+    user_id: str
+    agent_id: str | None = None
+    text: str = Field(min_length=1)
+    title: str = ""
+    tags: list[str] = Field(default_factory=list)
+    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
+    source: str = ""
+    speaker: str | None = None
+    about: str | None = None
+    conversation_id: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+    event_time: UTCDateTime | None = None
+    valid_to: UTCDateTime | None = None
+    recorded_at: UTCDateTime | None = None
+    updated_at: UTCDateTime | None = None
+
+    BASE_FIELDS: ClassVar[frozenset[str]] = frozenset()  # filled in below
+
+
+    def data(self) -> dict[str, Any]:
+        """The kind-specific fields, as stored in the ``data`` column."""
+        return self.model_dump(mode="json", exclude=set(Item.BASE_FIELDS))
+
+
+Item.BASE_FIELDS = frozenset(Item.model_fields)
+
+
+class FactItem(Item):
+    """A structured fact: subject, predicate, object (and where, if known)."""
+
+    kind: Literal["fact"] = "fact"
+    subject: str = ""
+    predicate: str = ""
+    object: str = ""
+    location: str | None = None
+
+
+class SemanticItem(Item):
+    """General knowledge about the user or the world, not tied to one episode."""
+
+    kind: Literal["semantic"] = "semantic"
+
+
+class EpisodicItem(Item):
+    """A summary of something that happened (an event, a session)."""
+
+    kind: Literal["episodic"] = "episodic"
+    session_id: str | None = None
+
+
+class ProceduralItem(Item):
+    """How to do something: ordered steps."""
+
+    kind: Literal["procedural"] = "procedural"
+    steps: list[str] = Field(default_factory=list)
+
+
+class ProspectiveItem(Item):
+    """Something to do or expect later; ``event_time`` is when it is due."""
+
+    kind: Literal["prospective"] = "prospective"
+    done: bool = False
+
+
+class WorkingItem(Item):
+    """Short-lived task state; dropped after ``expires_at``."""
+
+    kind: Literal["working"] = "working"
+    expires_at: UTCDateTime | None = None
+
+
+class SensoryItem(Item):
+    """A perception kept as text (an image caption, a sound description)."""
+
+    kind: Literal["sensory"] = "sensory"
+    modality: str = "image"
+    uri: str | None = None
+
+
+class StrategyItem(Item):
+    """A reusable strategy or guardrail distilled from runs (ReasoningBank style)."""
+
+    kind: Literal["strategy"] = "strategy"
+    description: str = ""
+    polarity: Literal["success", "failure"] = "success"
+    uses: int = 0
+    wins: int = 0
+
+
+class PersonaItem(Item):
+    """One attribute of a person (preference, trait, fact) with its citations."""
+
+    kind: Literal["persona"] = "persona"
+    person: str = ""
+    attribute: str = ""
+    value: str = ""
+
+
+class ConsolidatedItem(Item):
+    """An item merged from others; ``sources`` are the merged items' ids."""
+
+    kind: Literal["consolidated"] = "consolidated"
+    sources: list[str] = Field(default_factory=list)
+
+
+AnyItem = Annotated[
+    FactItem
+    | SemanticItem
+    | EpisodicItem
+    | ProceduralItem
+    | ProspectiveItem
+    | WorkingItem
+    | SensoryItem
+    | StrategyItem
+    | PersonaItem
+    | ConsolidatedItem,
+    Field(discriminator="kind"),
+]
+ITEM_ADAPTER: TypeAdapter[Item] = TypeAdapter(AnyItem)
+ITEM_KINDS: tuple[str, ...] = tuple(
+    cls.model_fields["kind"].default
+    for cls in (
+        FactItem, SemanticItem, EpisodicItem, ProceduralItem, ProspectiveItem,
+        WorkingItem, SensoryItem, StrategyItem, PersonaItem, ConsolidatedItem,
+    )
+)
+
+
+class Edge(_Model):
+    """A directed, weighted relation between two stored nodes (items or turns)."""
+
+    id: int | None = None
+    user_id: str
+    src: str
+    dst: str
+    relation: str
+    weight: float = 1.0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Hit(_Model):
+    """One search result: the node, its fused score, and what each channel contributed."""
+
+    id: str
+    node: Literal["turn", "item"]
+    kind: str
+    text: str
+    score: float
+    speaker: str | None = None
+    conversation_id: str | None = None
+    turn_id: str | None = None
+    event_time: UTCDateTime | None = None
+    channels: dict[str, float] = Field(default_factory=dict)

@@ -1,0 +1,137 @@
+"""Query understanding without an LLM: who is asked about, when, and which words matter.
+
+Dates are read with a few regular expressions rather than a general date parser: the
+query path has a budget of a few milliseconds, and questions name dates in a handful of
+shapes ("in May 2023", "on 8 May, 2023", "in 2022", "last week"). Relative expressions
+resolve against ``now`` (the question's reference time), never the wall clock implicitly.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from . import text as textmod
+
+_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
+_MONTHS |= {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
+_MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
+_DAY_MONTH_YEAR = re.compile(rf"\b{_ORD}\s+({_MONTH_RE})\.?,?\s+(\d{{4}})\b", re.I)
+_MONTH_DAY_YEAR = re.compile(rf"\b({_MONTH_RE})\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I)
+_MONTH_YEAR = re.compile(rf"\b({_MONTH_RE})\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I)
+_YEAR = re.compile(r"\b(19\d{2}|20\d{2})\b")
+_RELATIVE = re.compile(
+    r"\b(yesterday|today|last\s+(?:week|month|year|weekend)|this\s+(?:week|month|year)|"
+    r"(\d+|a|an|one|two|three|four|five|six)\s+(day|week|month|year)s?\s+ago)\b",
+    re.I,
+)
+_NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+_TEMPORAL = re.compile(
+    r"\b(when|what\s+(?:year|month|date|day|time)|how\s+long|how\s+many\s+(?:years|months|"
+    r"weeks|days)|since|before|after|first|last)\b", re.I
+)
+
+
+@dataclass
+class QueryAnalysis:
+    """What the retriever needs to know about a question."""
+
+    text: str
+    tokens: list[str]
+    speakers: list[str] = field(default_factory=list)
+    start: datetime | None = None
+    end: datetime | None = None
+    temporal: bool = False
+
+    @property
+    def content_tokens(self) -> list[str]:
+        """Tokens without the names of the speakers asked about (they match every turn)."""
+        names = {t for s in self.speakers for t in textmod.tokens(s)}
+        return [t for t in self.tokens if t not in names] or self.tokens
+
+
+def _month_range(year: int, month: int) -> tuple[datetime, datetime]:
+    last = calendar.monthrange(year, month)[1]
+    return (datetime(year, month, 1, tzinfo=UTC),
+            datetime(year, month, last, 23, 59, 59, tzinfo=UTC))
+
+
+def _day_range(day: datetime) -> tuple[datetime, datetime]:
+    start = day.replace(hour=0, minute=0, second=0, microsecond=0)
+    return start, start + timedelta(days=1, seconds=-1)
+
+
+def time_range(question: str, now: datetime | None = None) -> tuple[datetime, datetime] | None:
+    """The time span a question names, or None. Example: "in May 2023" -> all of May 2023."""
+    try:
+        if m := _DAY_MONTH_YEAR.search(question):
+            return _day_range(datetime(int(m[3]), _MONTHS[m[2].lower()], int(m[1]), tzinfo=UTC))
+        if m := _MONTH_DAY_YEAR.search(question):
+            return _day_range(datetime(int(m[3]), _MONTHS[m[1].lower()], int(m[2]), tzinfo=UTC))
+    except ValueError:  # "31 February 2023": not a date, so no range
+        return None
+    if m := _MONTH_YEAR.search(question):
+        return _month_range(int(m[2]), _MONTHS[m[1].lower()])
+    if m := _YEAR.search(question):
+        year = int(m[1])
+        return datetime(year, 1, 1, tzinfo=UTC), datetime(year, 12, 31, 23, 59, 59, tzinfo=UTC)
+    if now is not None and (m := _RELATIVE.search(question)):
+        return _relative_range(m, now)
+    return None
+
+
+def _relative_range(m: re.Match[str], now: datetime) -> tuple[datetime, datetime]:
+    phrase = m[1].lower()
+    if phrase == "today":
+        return _day_range(now)
+    if phrase == "yesterday":
+        return _day_range(now - timedelta(days=1))
+    if m[2]:  # "three weeks ago": a window around that point
+        n = int(m[2]) if m[2].isdigit() else _NUMBER_WORDS[m[2].lower()]
+        days = {"day": 1, "week": 7, "month": 30, "year": 365}[m[3].lower()] * n
+        centre = now - timedelta(days=days)
+        half = timedelta(days=max(1, days // 4))
+        return centre - half, centre + half
+    span = phrase.split()[-1]
+    back = phrase.startswith("last")
+    if span in ("week", "weekend"):
+        start = now - timedelta(days=now.weekday() + (7 if back else 0))
+        return _day_range(start)[0], _day_range(start + timedelta(days=6))[1]
+    if span == "month":
+        year, month = now.year, now.month
+        if back:
+            year, month = (year - 1, 12) if month == 1 else (year, month - 1)
+        return _month_range(year, month)
+    year = now.year - 1 if back else now.year
+    return datetime(year, 1, 1, tzinfo=UTC), datetime(year, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+
+def named_speakers(question: str, known: list[str]) -> list[str]:
+    """Known speakers named in the question (whole word, case-insensitive, possessives too)."""
+    lowered = question.lower()
+    found = []
+    for name in known:
+        first = name.split()[0].lower() if name.split() else ""
+        for candidate in {name.lower(), first}:
+            if candidate and re.search(rf"(?<!\w){re.escape(candidate)}(?:'s|’s|s')?(?!\w)",
+                                       lowered):
+                found.append(name)
+                break
+    return found
+
+
+def analyse(question: str, known_speakers: list[str], now: datetime | None = None
+            ) -> QueryAnalysis:
+    """Read a question: its tokens, the speakers it names, the time span, temporal intent."""
+    span = time_range(question, now)
+    return QueryAnalysis(
+        text=question,
+        tokens=textmod.tokens(question),
+        speakers=named_speakers(question, known_speakers),
+        start=span[0] if span else None,
+        end=span[1] if span else None,
+        temporal=bool(_TEMPORAL.search(question)),
+    )

@@ -1,0 +1,249 @@
+"""Hybrid retrieval: lexical, dense, fuzzy tags, speaker and time priors, graph expansion.
+
+Channels each rank a candidate pool. By default their scores are min-max normalised
+within the pool and summed with weights (CombSUM); weighted reciprocal-rank fusion (RRF,
+Cormack et al. 2009) is the other choice. On the LoCoMo dev split CombSUM beat RRF by
+~2 points of recall@10 (0.787 vs 0.757, same weights): dense is much weaker than bm25
+here, and RRF gives a weak channel's top ranks as much say as a strong one's.
+Priors then scale the fused score (a named speaker, a named time span, recency), and
+one hop over the edges table lets a strong hit pull in its neighbours (the next turn
+that answers a question, the turn a fact was derived from).
+
+Every weight is a knob in :class:`SearchWeights`; a weight of 0 switches a channel off.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+from rapidfuzz import fuzz, process
+
+from . import text as textmod
+from .embed import Embedder
+from .models import Hit
+from .query import QueryAnalysis, analyse
+from .store import Filters, Store, node_type
+
+
+class SearchWeights(BaseModel):
+    """Fusion knobs. Channel weights multiply RRF terms; boosts multiply fused scores."""
+
+    lexical: float = Field(1.0, ge=0, description="bm25 over turns and items")
+    dense: float = Field(0.4, ge=0, description="cosine over stored embeddings")
+    speaker_channels: float = Field(
+        0.5, ge=0, description="lexical + dense restricted to the speakers the query names"
+    )
+    tags: float = Field(0.5, ge=0, description="fuzzy match of query words to item tags")
+    context: float = Field(0.7, ge=0, description="bm25 weight of the turn before a turn")
+    speaker_boost: float = Field(0.3, ge=0, description="x(1+w) for hits by a named speaker")
+    time_boost: float = Field(0.5, ge=0, description="x(1+w) for hits inside a named time span")
+    recency: float = Field(
+        0.0, ge=0, description="x(1+w*r), r in [0,1] the hit's event-time rank, newest = 1"
+    )
+    graph: float = Field(0.2, ge=0, description="share of a seed's score given to neighbours")
+    graph_seeds: int = Field(10, ge=0, description="top hits whose neighbours are expanded")
+    fusion: Literal["rrf", "minmax"] = Field(
+        "minmax", description="min-max normalised score sum (CombSUM) or rank fusion (RRF)"
+    )
+    rrf_k: int = Field(60, ge=1, description="RRF constant")
+    pool: int = Field(200, ge=1, description="candidates taken from each channel")
+    tag_cutoff: float = Field(85.0, ge=0, le=100, description="rapidfuzz ratio for a tag match")
+
+
+class Retriever:
+    """Searches one store. Bind an embedder to enable the dense channel.
+
+    Example:
+        >>> r = Retriever(store, embedder)                       # doctest: +SKIP
+        >>> r.search("conv-26", "When did Caroline go to the support group?", k=5)
+    """
+
+    def __init__(
+        self, store: Store, embedder: Embedder | None = None,
+        weights: SearchWeights | None = None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.weights = weights or SearchWeights()
+
+    def analyse(self, user_id: str, query: str, now: datetime | None = None) -> QueryAnalysis:
+        """The query understanding step alone (useful for debugging a search)."""
+        return analyse(query, self.store.speakers(user_id), now)
+
+    def search(
+        self,
+        user_id: str,
+        query: str,
+        k: int = 10,
+        *,
+        filters: Filters | None = None,
+        nodes: Sequence[str] = ("turn", "item"),
+        now: datetime | None = None,
+    ) -> list[Hit]:
+        """The ``k`` best turns and items of one tenant for ``query``."""
+        if k <= 0:
+            return []
+        w = self.weights
+        filters = filters or Filters()
+        qa = self.analyse(user_id, query, now)
+        allowed = self.store.allowed_ids(user_id, filters) if filters.active() else None
+        rankings: list[tuple[float, list[tuple[str, float]]]] = []
+
+        for node in nodes:
+            if w.lexical:
+                hits = self.store.lexical(user_id, qa.tokens, node=node, k=w.pool, filters=filters,
+                                           context_weight=w.context)
+                rankings.append((w.lexical, hits))
+            if w.speaker_channels and qa.speakers and node == "turn":
+                for name in qa.speakers:
+                    narrowed = Filters(
+                        kinds=filters.kinds, speaker=name, conversation_id=filters.conversation_id,
+                        start=filters.start, end=filters.end,
+                    )
+                    hits = self.store.lexical(user_id, qa.content_tokens, node=node, k=w.pool,
+                                              filters=narrowed, context_weight=w.context)
+                    rankings.append((w.speaker_channels, hits))
+
+        query_vec = self._query_vector(query) if (w.dense or w.speaker_channels) else None
+        if query_vec is not None:
+            ids, matrix = self.store.vectors(user_id, self.embedder.name)  # type: ignore[union-attr]
+            if len(ids) and w.dense:
+                rankings.append((w.dense, _top_cosine(ids, matrix, query_vec, w.pool,
+                                                       allowed, nodes)))
+            if len(ids) and w.speaker_channels and qa.speakers and "turn" in nodes:
+                speakers = self.store.vector_speakers(user_id, self.embedder.name)  # type: ignore[union-attr]
+                for name in qa.speakers:
+                    rankings.append((w.speaker_channels, _top_cosine(
+                        ids, matrix, query_vec, w.pool, allowed, ("turn",),
+                        rows=np.flatnonzero(speakers == name),
+                    )))
+        if w.tags and "item" in nodes:
+            rankings.append((w.tags, self._tag_channel(user_id, qa, allowed)))
+
+        scores = _fuse(rankings, w.fusion, w.rrf_k)
+        if not scores:
+            return []
+        info = self.store.nodes(user_id, list(scores), text=False)
+        self._apply_priors(scores, info, qa)
+        self._expand_graph(user_id, scores, allowed, nodes)
+
+        top = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)[:k]
+        info = self.store.nodes(user_id, [i for i, _ in top])
+        return [_hit(node_id, score, info[node_id]) for node_id, score in top if node_id in info]
+
+    # -- channels -------------------------------------------------------------------------
+
+    def _query_vector(self, query: str) -> np.ndarray | None:
+        if self.embedder is None or not query.strip():
+            return None
+        return self.embedder.encode([query])[0]
+
+    def _tag_channel(self, user_id: str, qa: QueryAnalysis, allowed: set[str] | None
+                     ) -> list[tuple[str, float]]:
+        vocabulary = self.store.tag_vocabulary(user_id)
+        if not vocabulary:
+            return []
+        matched: set[str] = set()
+        for word in {w for w in textmod.words(qa.text) if w not in textmod.STOP_WORDS}:
+            for tag, _score, _ in process.extract(
+                word, vocabulary, scorer=fuzz.ratio, score_cutoff=self.weights.tag_cutoff,
+                limit=5,
+            ):
+                matched.add(tag)
+        ids = self.store.items_with_tags(user_id, sorted(matched), self.weights.pool)
+        return [(i, 1.0) for i in ids if allowed is None or i in allowed]
+
+    # -- priors and expansion -------------------------------------------------------------
+
+    def _apply_priors(self, scores: dict[str, float], info: dict[str, dict[str, Any]],
+                      qa: QueryAnalysis) -> None:
+        w = self.weights
+        start = qa.start.isoformat() if qa.start else None
+        end = qa.end.isoformat() if qa.end else None
+        newest = sorted(info, key=lambda i: info[i].get("event_time") or "")
+        recency = {node_id: n / max(len(newest) - 1, 1) for n, node_id in enumerate(newest)}
+        for node_id, row in info.items():
+            factor = 1.0 + w.recency * recency[node_id]
+            if w.speaker_boost and qa.speakers and row.get("speaker") in qa.speakers:
+                factor *= 1.0 + w.speaker_boost
+            when = row.get("event_time")
+            if w.time_boost and start and when and start <= when <= end:  # type: ignore[operator]
+                factor *= 1.0 + w.time_boost
+            scores[node_id] *= factor
+
+    def _expand_graph(self, user_id: str, scores: dict[str, float], allowed: set[str] | None,
+                      nodes: Sequence[str]) -> None:
+        w = self.weights
+        if not w.graph or not w.graph_seeds:
+            return
+        seeds = sorted(scores, key=scores.__getitem__, reverse=True)[: w.graph_seeds]
+        reached = self.store.neighbors(user_id, seeds, hops=1)
+        for node_id, (_depth, weight, seed) in reached.items():
+            if node_type(node_id) not in nodes or (allowed is not None and node_id not in allowed):
+                continue
+            scores[node_id] = scores.get(node_id, 0.0) + w.graph * weight * scores[seed]
+
+
+def _fuse(rankings: list[tuple[float, list[tuple[str, float]]]], how: str, k: int
+          ) -> dict[str, float]:
+    """Weighted fusion of several ranked ``(id, score)`` lists, by rank or by score."""
+    scores: dict[str, float] = defaultdict(float)
+    for weight, ranked in rankings:
+        if not ranked:
+            continue
+        if how == "rrf":
+            for rank, (node_id, _) in enumerate(ranked, start=1):
+                scores[node_id] += weight / (k + rank)
+            continue
+        values = [s for _, s in ranked]
+        low, span = min(values), (max(values) - min(values)) or 1.0
+        for node_id, score in ranked:
+            scores[node_id] += weight * (score - low) / span
+    return dict(scores)
+
+
+def _top_cosine(
+    ids: list[str], matrix: np.ndarray, query_vec: np.ndarray, k: int,
+    allowed: set[str] | None, nodes: Sequence[str], rows: np.ndarray | None = None,
+) -> list[tuple[str, float]]:
+    """(id, cosine) of the ``k`` best rows of ``matrix`` (unit vectors) for ``query_vec``.
+
+    ``rows`` restricts the candidates to those row indices; ``allowed`` and ``nodes``
+    filter the ranked list, which is widened until ``k`` survive or the rows run out.
+    """
+    rows = np.arange(len(ids)) if rows is None else rows
+    if not len(rows):
+        return []
+    sims = matrix[rows] @ query_vec if len(rows) < len(ids) else matrix @ query_vec
+
+    def keep(i: int) -> bool:
+        node_id = ids[rows[i]]
+        return node_type(node_id) in nodes and (allowed is None or node_id in allowed)
+
+    want = min(len(rows), k)
+    while True:
+        top = np.argpartition(-sims, want - 1)[:want]
+        top = top[np.argsort(-sims[top])]
+        out = [(ids[rows[i]], float(sims[i])) for i in top if keep(i)]
+        if len(out) >= k or want == len(rows):
+            return out[:k]
+        want = min(len(rows), want * 4)
+
+
+def _hit(node_id: str, score: float, row: dict[str, Any]) -> Hit:
+    text = row["text"]
+    caption = json.loads(row.get("metadata") or "{}").get("blip_caption")
+    if caption:
+        text = f"{text} [shares a photo: {caption}]"
+    return Hit(
+        id=node_id, node=node_type(node_id), kind=row["kind"], text=text, score=score,  # type: ignore[arg-type]
+        speaker=row.get("speaker"), conversation_id=row.get("conversation_id"),
+        turn_id=row.get("turn_id"),
+        event_time=datetime.fromisoformat(row["event_time"]) if row.get("event_time") else None,
+    )

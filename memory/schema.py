@@ -1,0 +1,177 @@
+"""The store's schema as ordered migrations, each applied once and recorded.
+
+A migration is (version, name, SQL). ``migrate`` applies the missing ones in order, each
+in its own transaction together with its row in ``schema_migrations``, so a crash leaves
+the database at a recorded version. New versions are appended; old ones never change.
+
+Times are ISO-8601 UTC text (``2023-05-08T13:56:00+00:00``), so they sort as strings.
+The FTS5 tables hold *normalised* text (see ``text.py``) and a per-tenant token, so the
+tenant filter runs inside the full-text engine and bm25 ranks only that tenant's rows.
+A turn's ``context`` column holds the turn before it in the same session: an answer
+("I loved Becoming Nicole") rarely repeats the words of the question that prompted it
+("Which book do you recommend?"), and bm25 weighs that column down, not out.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "conversations, sessions, turns",
+        """
+        CREATE TABLE conversations (
+            id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            agent_id TEXT,
+            title TEXT NOT NULL DEFAULT '',
+            speakers TEXT NOT NULL DEFAULT '[]',
+            metadata TEXT NOT NULL DEFAULT '{}',
+            recorded_at TEXT NOT NULL,
+            PRIMARY KEY (user_id, id)
+        );
+        CREATE TABLE sessions (
+            id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            started_at TEXT,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            PRIMARY KEY (user_id, conversation_id, id)
+        );
+        CREATE TABLE turns (
+            rowid INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            user_id TEXT NOT NULL,
+            agent_id TEXT,
+            conversation_id TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            speaker TEXT NOT NULL,
+            text TEXT NOT NULL,
+            event_time TEXT,
+            recorded_at TEXT NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX turns_tenant_conv ON turns (user_id, conversation_id, seq);
+        CREATE INDEX turns_tenant_time ON turns (user_id, event_time);
+        CREATE INDEX turns_tenant_speaker ON turns (user_id, speaker);
+        CREATE VIRTUAL TABLE turns_fts USING fts5(tenant, body, context, tokenize = 'unicode61');
+        """,
+    ),
+    (
+        2,
+        "items, edges",
+        """
+        CREATE TABLE items (
+            rowid INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            user_id TEXT NOT NULL,
+            agent_id TEXT,
+            kind TEXT NOT NULL,
+            text TEXT NOT NULL,
+            title TEXT NOT NULL DEFAULT '',
+            tags TEXT NOT NULL DEFAULT '[]',
+            confidence REAL NOT NULL DEFAULT 1.0,
+            source TEXT NOT NULL DEFAULT '',
+            speaker TEXT,
+            about TEXT,
+            conversation_id TEXT,
+            evidence TEXT NOT NULL DEFAULT '[]',
+            event_time TEXT,
+            valid_to TEXT,
+            recorded_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            data TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE UNIQUE INDEX items_dedup ON items (user_id, kind, content_hash);
+        CREATE INDEX items_tenant_kind ON items (user_id, kind, event_time);
+        CREATE INDEX items_tenant_speaker ON items (user_id, speaker);
+        CREATE VIRTUAL TABLE items_fts USING fts5(tenant, body, tokenize = 'unicode61');
+        CREATE TABLE edges (
+            id INTEGER PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            src TEXT NOT NULL,
+            dst TEXT NOT NULL,
+            relation TEXT NOT NULL,
+            weight REAL NOT NULL DEFAULT 1.0,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            recorded_at TEXT NOT NULL,
+            UNIQUE (user_id, src, dst, relation)
+        );
+        CREATE INDEX edges_dst ON edges (user_id, dst);
+        CREATE TABLE item_tags (
+            user_id TEXT NOT NULL,
+            tag TEXT NOT NULL,
+            item_rowid INTEGER NOT NULL REFERENCES items (rowid) ON DELETE CASCADE,
+            PRIMARY KEY (user_id, tag, item_rowid)
+        ) WITHOUT ROWID;
+        CREATE INDEX item_tags_item ON item_tags (item_rowid);
+        """,
+    ),
+    (
+        3,
+        "embeddings",
+        """
+        CREATE TABLE embeddings (
+            node_id TEXT NOT NULL,
+            model TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            dim INTEGER NOT NULL,
+            vector BLOB NOT NULL,
+            PRIMARY KEY (node_id, model)
+        );
+        CREATE INDEX embeddings_tenant ON embeddings (user_id, model);
+        """,
+    ),
+]
+
+LATEST_VERSION = MIGRATIONS[-1][0]
+
+
+def applied_versions(conn: sqlite3.Connection) -> list[int]:
+    """Versions recorded in ``schema_migrations`` (empty for a new database)."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+    )
+    return [row[0] for row in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
+
+
+def migrate(conn: sqlite3.Connection) -> list[int]:
+    """Apply every missing migration in order; return the versions applied now.
+
+    Raises:
+        RuntimeError: the database was written by a newer memstrata (unknown versions).
+    """
+    done = set(applied_versions(conn))
+    unknown = done - {v for v, _, _ in MIGRATIONS}
+    if unknown:
+        raise RuntimeError(
+            f"database schema has versions {sorted(unknown)} that this memstrata does not "
+            f"know (latest known: {LATEST_VERSION}); upgrade memstrata to open it"
+        )
+    applied: list[int] = []
+    for version, name, sql in MIGRATIONS:
+        if version in done:
+            continue
+        # executescript would COMMIT implicitly; run statements one by one in a savepoint.
+        conn.execute("SAVEPOINT migrate")
+        try:
+            for statement in filter(str.strip, sql.split(";")):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                (version, name, datetime.now(UTC).isoformat()),
+            )
+        except BaseException:
+            conn.execute("ROLLBACK TO migrate")
+            conn.execute("RELEASE migrate")
+            raise
+        conn.execute("RELEASE migrate")
+        applied.append(version)
+    return applied

@@ -1,0 +1,724 @@
+"""The SQLite store: the only code in memstrata that speaks SQL.
+
+Every row carries its tenant (``user_id``) and every read filters by it. Writes keep the
+FTS5 index, the tag index and the embeddings in step with the rows inside one transaction.
+
+Example:
+    >>> from memstrata.memory import Store, FactItem
+    >>> store = Store.open(":memory:")
+    >>> fid = store.add(FactItem(user_id="u1", text="Caroline moved from Sweden", tags=["move"]))
+    >>> store.get("u1", fid).text
+    'Caroline moved from Sweden'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlite_utils
+
+from . import text as textmod
+from .models import ITEM_ADAPTER, Conversation, Edge, Item, Session, Turn, as_utc, utcnow
+from .schema import migrate
+
+TURN_PREFIX, ITEM_PREFIX = "t_", "i_"
+
+
+def node_type(node_id: str) -> str:
+    """``"turn"`` or ``"item"``, read from the id's prefix."""
+    return "turn" if node_id.startswith(TURN_PREFIX) else "item"
+
+
+def tenant_token(user_id: str) -> str:
+    """The FTS5 token that marks a tenant's rows (a hash: any user id is safe in MATCH)."""
+    return "u" + hashlib.sha1(user_id.encode()).hexdigest()[:20]
+
+
+def _ts(value: datetime | None) -> str | None:
+    value = as_utc(value)
+    return value.isoformat() if value else None
+
+
+def _dt(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex[:24]
+
+
+def content_hash(item: Item) -> str:
+    """Exact-duplicate key: kind, speaker, subject person and whitespace/case-folded text."""
+    folded = " ".join(item.text.casefold().split())
+    key = json.dumps([item.kind, item.speaker or "", item.about or "", folded])
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class Filters:
+    """Optional search filters, turned into SQL once. All are ANDed with the tenant."""
+
+    def __init__(
+        self,
+        *,
+        kinds: Sequence[str] | None = None,
+        speaker: str | None = None,
+        conversation_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> None:
+        self.kinds = list(kinds) if kinds else None
+        self.speaker = speaker
+        self.conversation_id = conversation_id
+        self.start, self.end = as_utc(start), as_utc(end)
+
+    def active(self) -> bool:
+        """Whether any filter is set."""
+        return any(
+            v is not None for v in (self.kinds, self.speaker, self.conversation_id, self.start,
+                                    self.end)
+        )
+
+    def sql(self, node: str, alias: str) -> tuple[str, list[Any]]:
+        """A ``WHERE`` fragment (starting with AND) over table ``alias`` of ``node`` rows."""
+        parts: list[str] = []
+        args: list[Any] = []
+        if self.kinds is not None:
+            if node == "turn" and "turn" not in self.kinds:
+                parts.append("0")
+            elif node == "item":
+                wanted = [k for k in self.kinds if k != "turn"]
+                parts.append(f"{alias}.kind IN ({','.join('?' * len(wanted))})" if wanted else "0")
+                args += wanted
+        for column, value in (("speaker", self.speaker), ("conversation_id",
+                                                           self.conversation_id)):
+            if value is not None:
+                parts.append(f"{alias}.{column} = ?")
+                args.append(value)
+        if self.start is not None:
+            parts.append(f"{alias}.event_time >= ?")
+            args.append(_ts(self.start))
+        if self.end is not None:
+            parts.append(f"{alias}.event_time <= ?")
+            args.append(_ts(self.end))
+        return "".join(f" AND {p}" for p in parts), args
+
+
+class Store:
+    """One SQLite file (WAL) holding conversations, turns, items, edges and embeddings.
+
+    Open with :meth:`open`. Writes outside :meth:`transaction` commit one by one; inside
+    it they commit together or not at all (transactions nest through savepoints).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self.path = path
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        self._depth = 0
+        self._lock = threading.RLock()
+        self._writes = 0  # bumped on every write: invalidates in-process caches
+        self._cache: dict[tuple[Any, ...], tuple[tuple[int, int], Any]] = {}
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | Path = "memstrata.db") -> Store:
+        """Open (creating if needed) a store and bring its schema up to date."""
+        path = str(path)
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA foreign_keys = ON")
+        if path != ":memory:":
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA busy_timeout = 5000")
+        migrate(conn)
+        return cls(conn, path)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Store]:
+        """All writes inside commit together; an exception rolls all of them back."""
+        with self._lock:
+            name = f"sp{self._depth}"
+            self.conn.execute("BEGIN" if self._depth == 0 else f"SAVEPOINT {name}")
+            self._depth += 1
+            try:
+                yield self
+            except BaseException:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.conn.execute("ROLLBACK")
+                else:
+                    self.conn.execute(f"ROLLBACK TO {name}")
+                    self.conn.execute(f"RELEASE {name}")
+                self._writes += 1
+                raise
+            self._depth -= 1
+            self.conn.execute("COMMIT" if self._depth == 0 else f"RELEASE {name}")
+            self._writes += 1
+
+    def _cached(self, key: tuple[Any, ...], compute: Any) -> Any:
+        """``compute()``, memoised until this process writes or another one commits."""
+        version = (self._writes, self.conn.execute("PRAGMA data_version").fetchone()[0])
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        value = compute()
+        self._cache[key] = (version, value)
+        return value
+
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        cur = self.conn.execute(sql, args)
+        cols = [c[0] for c in cur.description or ()]
+        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]  # type: ignore[misc]
+
+    # -- conversations, sessions, turns -------------------------------------------------
+
+    def add_conversation(self, conv: Conversation) -> None:
+        """Insert or replace a conversation's header row."""
+        with self.transaction():
+            self.db["conversations"].upsert(
+                {
+                    "id": conv.id, "user_id": conv.user_id, "agent_id": conv.agent_id,
+                    "title": conv.title, "speakers": json.dumps(conv.speakers),
+                    "metadata": json.dumps(conv.metadata), "recorded_at": _ts(utcnow()),
+                },
+                pk=("user_id", "id"),
+            )
+
+    def delete_conversation(self, user_id: str, conversation_id: str) -> int:
+        """Delete a conversation's turns (with their index rows, vectors and edges), sessions
+        and header. Items derived from it are kept. Returns the number of turns deleted."""
+        with self.transaction():
+            rows = self.conn.execute(
+                "SELECT rowid, id FROM turns WHERE user_id = ? AND conversation_id = ?",
+                (user_id, conversation_id),
+            ).fetchall()
+            for chunk in (rows[i : i + 500] for i in range(0, len(rows), 500)):
+                marks = ",".join("?" * len(chunk))
+                rowids, ids = [r[0] for r in chunk], [r[1] for r in chunk]
+                self.conn.execute(f"DELETE FROM turns_fts WHERE rowid IN ({marks})", rowids)
+                self.conn.execute(f"DELETE FROM embeddings WHERE node_id IN ({marks})", ids)
+                self.conn.execute(
+                    f"DELETE FROM edges WHERE user_id = ? AND (src IN ({marks}) OR dst IN"
+                    f" ({marks}))", [user_id, *ids, *ids],
+                )
+                self.conn.execute(f"DELETE FROM turns WHERE rowid IN ({marks})", rowids)
+            self.conn.execute(
+                "DELETE FROM sessions WHERE user_id = ? AND conversation_id = ?",
+                (user_id, conversation_id),
+            )
+            self.conn.execute(
+                "DELETE FROM conversations WHERE user_id = ? AND id = ?", (user_id, conversation_id)
+            )
+        return len(rows)
+
+    def add_session(self, session: Session) -> None:
+        """Insert or replace a session row."""
+        with self.transaction():
+            self.db["sessions"].upsert(
+                {
+                    "id": session.id, "user_id": session.user_id,
+                    "conversation_id": session.conversation_id, "idx": session.index,
+                    "started_at": _ts(session.started_at),
+                    "metadata": json.dumps(session.metadata),
+                },
+                pk=("user_id", "conversation_id", "id"),
+            )
+
+    def add_turns(self, turns: Sequence[Turn]) -> list[str]:
+        """Insert turns (indexed for full-text search); returns their store ids."""
+        now = _ts(utcnow())
+        ids = [t.id or _new_id(TURN_PREFIX) for t in turns]
+        rows = [
+            (i, t.user_id, t.agent_id, t.conversation_id, t.session_id, t.turn_id, t.seq,
+             t.speaker, t.text, _ts(t.event_time), _ts(t.recorded_at) or now,
+             json.dumps(t.metadata))
+            for i, t in zip(ids, turns, strict=True)
+        ]
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT INTO turns (id, user_id, agent_id, conversation_id, session_id, turn_id,"
+                " seq, speaker, text, event_time, recorded_at, metadata)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            rowids = self._rowids("turns", ids)
+            previous = self._previous_texts(turns)
+            self.conn.executemany(
+                "INSERT INTO turns_fts (rowid, tenant, body, context) VALUES (?,?,?,?)",
+                [
+                    (rowids[i], tenant_token(t.user_id), textmod.index_text(t.search_text()),
+                     textmod.index_text(prev))
+                    for i, t, prev in zip(ids, turns, previous, strict=True)
+                ],
+            )
+        return ids
+
+    def turns(
+        self,
+        user_id: str,
+        *,
+        conversation_id: str | None = None,
+        ids: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Turn]:
+        """A tenant's turns in conversation order, optionally by conversation or ids."""
+        sql, args = "SELECT * FROM turns WHERE user_id = ?", [user_id]
+        if conversation_id is not None:
+            sql += " AND conversation_id = ?"
+            args.append(conversation_id)
+        if ids is not None:
+            sql += f" AND id IN ({','.join('?' * len(ids))})"
+            args += list(ids)
+        sql += " ORDER BY conversation_id, seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [self._turn(r) for r in self._q(sql, args)]
+
+    def contextual_texts(self, turns: Sequence[Turn]) -> list[str]:
+        """What to embed for each turn: the turn before it in its session, then the turn.
+
+        An answer is often only meaningful next to its question; measured on LoCoMo dev,
+        this raised the hybrid's recall@10 from 0.779 to 0.787 over embedding turns alone.
+        """
+        return [
+            f"{prev}\n{t.search_text()}" if prev else t.search_text()
+            for prev, t in zip(self._previous_texts(turns), turns, strict=True)
+        ]
+
+    def _previous_texts(self, turns: Sequence[Turn]) -> list[str]:
+        """The text of the turn before each turn in its session ("" for a session's first)."""
+        out: list[str] = []
+        last: dict[tuple[str, str, str], tuple[int, str]] = {}
+        for t in turns:
+            key = (t.user_id, t.conversation_id, t.session_id)
+            if key in last and last[key][0] < t.seq:
+                out.append(last[key][1])
+            else:
+                row = self.conn.execute(
+                    "SELECT speaker, text, metadata FROM turns WHERE user_id = ? AND"
+                    " conversation_id = ? AND session_id = ? AND seq < ? ORDER BY seq DESC"
+                    " LIMIT 1", (t.user_id, t.conversation_id, t.session_id, t.seq),
+                ).fetchone()
+                out.append(
+                    Turn(user_id=t.user_id, conversation_id="", session_id="", turn_id="", seq=0,
+                         speaker=row[0], text=row[1], metadata=json.loads(row[2])).search_text()
+                    if row else ""
+                )
+            last[key] = (t.seq, t.search_text())
+        return out
+
+    def _rowids(self, table: str, ids: Sequence[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+            marks = ",".join("?" * len(chunk))
+            out.update(self.conn.execute(
+                f"SELECT id, rowid FROM {table} WHERE id IN ({marks})", list(chunk)
+            ).fetchall())
+        return out
+
+    @staticmethod
+    def _turn(r: dict[str, Any]) -> Turn:
+        return Turn(
+            id=r["id"], user_id=r["user_id"], agent_id=r["agent_id"],
+            conversation_id=r["conversation_id"], session_id=r["session_id"],
+            turn_id=r["turn_id"], seq=r["seq"], speaker=r["speaker"], text=r["text"],
+            event_time=_dt(r["event_time"]), recorded_at=_dt(r["recorded_at"]),
+            metadata=json.loads(r["metadata"]),
+        )
+
+    def speakers(self, user_id: str) -> list[str]:
+        """Every speaker and subject person the tenant's memory knows by name (cached)."""
+        return self._cached(("speakers", user_id), lambda: self._load_speakers(user_id))
+
+    def _load_speakers(self, user_id: str) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT speaker FROM turns WHERE user_id = ? GROUP BY speaker"
+            " UNION SELECT speaker FROM items WHERE user_id = ? AND speaker IS NOT NULL"
+            " GROUP BY speaker"
+            " UNION SELECT about FROM items WHERE user_id = ? AND about IS NOT NULL GROUP BY about",
+            (user_id, user_id, user_id),
+        )
+        return sorted({r[0] for r in rows if r[0]})
+
+    def counts(self, user_id: str | None = None) -> dict[str, int]:
+        """Row counts per table (for one tenant, or all)."""
+        where, args = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
+        return {
+            table: self.conn.execute(f"SELECT count(*) FROM {table} {where}", args).fetchone()[0]
+            for table in ("conversations", "sessions", "turns", "items", "edges", "embeddings")
+        }
+
+    # -- items ----------------------------------------------------------------------------
+
+    def add(self, item: Item) -> str:
+        """Store an item; an exact duplicate is merged into the existing row (its id returned).
+
+        Exact duplicates (same tenant, kind, speaker, subject and folded text) merge their
+        tags and evidence and keep the higher confidence: no fuzzy logic happens here.
+        """
+        return self.add_many([item])[0]
+
+    def add_many(self, items: Iterable[Item]) -> list[str]:
+        """Store several items in one transaction; returns their ids in order."""
+        now = utcnow()
+        ids: list[str] = []
+        with self.transaction():
+            for item in items:
+                ids.append(self._add_one(item, now))
+        return ids
+
+    def _add_one(self, item: Item, now: datetime) -> str:
+        digest = content_hash(item)
+        existing = self.conn.execute(
+            "SELECT id, tags, evidence, confidence FROM items"
+            " WHERE user_id = ? AND kind = ? AND content_hash = ?",
+            (item.user_id, item.kind, digest),
+        ).fetchone()
+        if existing:
+            old_id, tags, evidence, confidence = existing
+            merged_tags = list(dict.fromkeys(json.loads(tags) + item.tags))
+            merged_evidence = list(dict.fromkeys(json.loads(evidence) + item.evidence))
+            self.update(
+                item.user_id, old_id, tags=merged_tags, evidence=merged_evidence,
+                confidence=max(confidence, item.confidence),
+            )
+            return old_id
+        item_id = item.id or _new_id(ITEM_PREFIX)
+        self.conn.execute(
+            "INSERT INTO items (id, user_id, agent_id, kind, text, title, tags, confidence,"
+            " source, speaker, about, conversation_id, evidence, event_time, valid_to,"
+            " recorded_at, updated_at, content_hash, data)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                item_id, item.user_id, item.agent_id, item.kind, item.text, item.title,
+                json.dumps(item.tags), item.confidence, item.source, item.speaker, item.about,
+                item.conversation_id, json.dumps(item.evidence), _ts(item.event_time),
+                _ts(item.valid_to), _ts(item.recorded_at or now), _ts(now), digest,
+                json.dumps(item.data()),
+            ),
+        )
+        rowid = self.conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        self._index_item(rowid, item)
+        return item_id
+
+    def _index_item(self, rowid: int, item: Item) -> None:
+        body = textmod.index_text(" ".join([item.title, item.text, *item.tags]))
+        self.conn.execute(
+            "INSERT INTO items_fts (rowid, tenant, body) VALUES (?,?,?)",
+            (rowid, tenant_token(item.user_id), body),
+        )
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO item_tags (user_id, tag, item_rowid) VALUES (?,?,?)",
+            [(item.user_id, t.casefold(), rowid) for t in item.tags],
+        )
+
+    def _unindex_item(self, rowid: int) -> None:
+        self.conn.execute("DELETE FROM items_fts WHERE rowid = ?", (rowid,))
+        self.conn.execute("DELETE FROM item_tags WHERE item_rowid = ?", (rowid,))
+
+    def get(self, user_id: str, item_id: str) -> Item | None:
+        """One item of the tenant, or None."""
+        rows = self.get_many(user_id, [item_id])
+        return rows[0] if rows else None
+
+    def get_many(self, user_id: str, item_ids: Sequence[str]) -> list[Item]:
+        """The tenant's items with these ids, in the order asked (missing ids skipped)."""
+        if not item_ids:
+            return []
+        rows = self._q(
+            f"SELECT * FROM items WHERE user_id = ? AND id IN ({','.join('?' * len(item_ids))})",
+            [user_id, *item_ids],
+        )
+        by_id = {r["id"]: self._item(r) for r in rows}
+        return [by_id[i] for i in item_ids if i in by_id]
+
+    @staticmethod
+    def _item(r: dict[str, Any]) -> Item:
+        fields = {k: r[k] for k in Item.BASE_FIELDS if k in r}
+        fields["tags"] = json.loads(r["tags"])
+        fields["evidence"] = json.loads(r["evidence"])
+        return ITEM_ADAPTER.validate_python({**fields, **json.loads(r["data"])})
+
+    def items(
+        self, user_id: str, *, kind: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Item]:
+        """A page of the tenant's items, newest record first."""
+        sql, args = "SELECT * FROM items WHERE user_id = ?", [user_id]
+        if kind is not None:
+            sql += " AND kind = ?"
+            args.append(kind)
+        sql += " ORDER BY recorded_at DESC, rowid DESC LIMIT ? OFFSET ?"
+        return [self._item(r) for r in self._q(sql, [*args, limit, offset])]
+
+    def update(self, user_id: str, item_id: str, **changes: Any) -> Item:
+        """Change fields of an item (validated by its kind's model); returns the new item.
+
+        Raises:
+            KeyError: no such item for this tenant.
+        """
+        current = self.get(user_id, item_id)
+        if current is None:
+            raise KeyError(f"no item {item_id!r} for user {user_id!r}")
+        if {"id", "user_id", "kind"} & changes.keys():
+            raise ValueError("id, user_id and kind cannot be updated")
+        new = ITEM_ADAPTER.validate_python(
+            {**current.model_dump(), **changes, "updated_at": utcnow()}
+        )
+        with self.transaction():
+            rowid = self.conn.execute(
+                "SELECT rowid FROM items WHERE user_id = ? AND id = ?", (user_id, item_id)
+            ).fetchone()[0]
+            self.conn.execute(
+                "UPDATE items SET text=?, title=?, tags=?, confidence=?, source=?, speaker=?,"
+                " about=?, conversation_id=?, evidence=?, event_time=?, valid_to=?,"
+                " updated_at=?, content_hash=?, data=? WHERE rowid = ?",
+                (
+                    new.text, new.title, json.dumps(new.tags), new.confidence, new.source,
+                    new.speaker, new.about, new.conversation_id, json.dumps(new.evidence),
+                    _ts(new.event_time), _ts(new.valid_to), _ts(new.updated_at),
+                    content_hash(new), json.dumps(new.data()), rowid,
+                ),
+            )
+            self._unindex_item(rowid)
+            self._index_item(rowid, new)
+            if new.text != current.text:
+                self.conn.execute("DELETE FROM embeddings WHERE node_id = ?", (item_id,))
+        return new
+
+    def delete(self, user_id: str, item_id: str) -> bool:
+        """Delete an item, its index rows, embeddings and edges. True if it existed."""
+        with self.transaction():
+            row = self.conn.execute(
+                "SELECT rowid FROM items WHERE user_id = ? AND id = ?", (user_id, item_id)
+            ).fetchone()
+            if row is None:
+                return False
+            self._unindex_item(row[0])
+            self.conn.execute("DELETE FROM items WHERE rowid = ?", (row[0],))
+            self.conn.execute("DELETE FROM embeddings WHERE node_id = ?", (item_id,))
+            self.conn.execute(
+                "DELETE FROM edges WHERE user_id = ? AND (src = ? OR dst = ?)",
+                (user_id, item_id, item_id),
+            )
+        return True
+
+    # -- edges ------------------------------------------------------------------------------
+
+    def add_edges(self, edges: Iterable[Edge]) -> int:
+        """Insert edges (an existing (src, dst, relation) keeps the higher weight)."""
+        now = _ts(utcnow())
+        rows = [
+            (e.user_id, e.src, e.dst, e.relation, e.weight, json.dumps(e.metadata), now)
+            for e in edges
+        ]
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT INTO edges (user_id, src, dst, relation, weight, metadata, recorded_at)"
+                " VALUES (?,?,?,?,?,?,?) ON CONFLICT (user_id, src, dst, relation)"
+                " DO UPDATE SET weight = max(weight, excluded.weight)",
+                rows,
+            )
+        return len(rows)
+
+    def neighbors(
+        self,
+        user_id: str,
+        node_ids: Sequence[str],
+        *,
+        hops: int = 1,
+        relations: Sequence[str] | None = None,
+    ) -> dict[str, tuple[int, float, str]]:
+        """Nodes within ``hops`` (1 or 2) of ``node_ids``, in either direction.
+
+        Returns ``{node: (distance, weight product, seed node)}`` for the nearest reach of
+        each node, seeds excluded. The walk is one recursive SQL query.
+        """
+        if not node_ids:
+            return {}
+        if hops not in (1, 2):
+            raise ValueError("hops must be 1 or 2")
+        rel_sql, rel_args = "", []
+        if relations:
+            rel_sql = f" AND e.relation IN ({','.join('?' * len(relations))})"
+            rel_args = list(relations)
+        seeds = ",".join("(?, ?, 0, 1.0)" for _ in node_ids)
+        # Two recursive arms (out-edges, in-edges) so each join uses an index; an OR in
+        # one join condition would scan the tenant's edges.
+        sql = f"""
+            WITH RECURSIVE walk(seed, node, depth, weight) AS (
+                VALUES {seeds}
+                UNION
+                SELECT w.seed, e.dst, w.depth + 1, w.weight * e.weight
+                FROM walk w JOIN edges e ON e.user_id = ? AND e.src = w.node{rel_sql}
+                WHERE w.depth < ?
+                UNION
+                SELECT w.seed, e.src, w.depth + 1, w.weight * e.weight
+                FROM walk w JOIN edges e ON e.user_id = ? AND e.dst = w.node{rel_sql}
+                WHERE w.depth < ?
+            )
+            SELECT node, min(depth), max(weight), seed FROM walk WHERE depth > 0 GROUP BY node
+        """
+        args: list[Any] = [v for n in node_ids for v in (n, n)]
+        args += [user_id, *rel_args, hops, user_id, *rel_args, hops]
+        seed_set = set(node_ids)
+        return {
+            node: (depth, weight, seed)
+            for node, depth, weight, seed in self.conn.execute(sql, args)
+            if node not in seed_set
+        }
+
+    # -- embeddings -------------------------------------------------------------------------
+
+    def set_embeddings(
+        self, user_id: str, node_ids: Sequence[str], vectors: np.ndarray, model: str
+    ) -> None:
+        """Store one float32 vector per node (rows of ``vectors``), replacing old ones."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or len(vectors) != len(node_ids):
+            raise ValueError("vectors must be a 2-D array with one row per node id")
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO embeddings (node_id, model, user_id, dim, vector)"
+                " VALUES (?,?,?,?,?)",
+                [
+                    (n, model, user_id, vectors.shape[1], v.tobytes())
+                    for n, v in zip(node_ids, vectors, strict=True)
+                ],
+            )
+
+    def vectors(self, user_id: str, model: str) -> tuple[list[str], np.ndarray]:
+        """All of a tenant's vectors for ``model`` as (node ids, float32 matrix).
+
+        Cached in memory until this process writes again or another process commits
+        (``PRAGMA data_version``), so repeated searches do not re-read SQLite.
+        """
+        return self._cached(("vectors", user_id, model), lambda: self._load_vectors(user_id, model))
+
+    def vector_speakers(self, user_id: str, model: str) -> np.ndarray:
+        """The speaker of each node in :meth:`vectors`' order, as an object array (cached)."""
+        ids, _ = self.vectors(user_id, model)
+        return self._cached(("vector_speakers", user_id, model), lambda: self._speakers_of(
+            user_id, ids))
+
+    def _speakers_of(self, user_id: str, ids: list[str]) -> np.ndarray:
+        found = {n: r.get("speaker") for n, r in self.nodes(user_id, ids, text=False).items()}
+        return np.array([found.get(i) for i in ids], dtype=object)
+
+    def _load_vectors(self, user_id: str, model: str) -> tuple[list[str], np.ndarray]:
+        rows = self.conn.execute(
+            "SELECT node_id, dim, vector FROM embeddings WHERE user_id = ? AND model = ?",
+            (user_id, model),
+        ).fetchall()
+        if not rows:
+            return [], np.zeros((0, 0), dtype=np.float32)
+        matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32)
+        return [r[0] for r in rows], matrix.reshape(len(rows), rows[0][1])
+
+    # -- retrieval primitives (used by retrieval.py) ------------------------------------------
+
+    def lexical(
+        self,
+        user_id: str,
+        query_tokens: list[str],
+        *,
+        node: str,
+        k: int,
+        filters: Filters | None = None,
+        context_weight: float = 0.0,
+    ) -> list[tuple[str, float]]:
+        """bm25 top-k over turns or items as [(id, score)] with higher = better.
+
+        ``context_weight`` is the bm25 weight of a turn's preceding-turn column.
+        """
+        match = textmod.fts_match(
+            query_tokens, tenant_token=tenant_token(user_id),
+            columns="body context" if node == "turn" and context_weight else "body",
+        )
+        if match is None or k <= 0:
+            return []
+        table, fts = ("turns", "turns_fts") if node == "turn" else ("items", "items_fts")
+        rank = f"bm25(turns_fts, 0.0, 1.0, {float(context_weight)})" if node == "turn" else (
+            "bm25(items_fts, 0.0, 1.0)")
+        where, args = (filters or Filters()).sql(node, "t")
+        sql = (
+            f"SELECT t.id, {rank} AS s FROM {fts} JOIN {table} t"
+            f" ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.user_id = ?{where}"
+            " ORDER BY s LIMIT ?"
+        )
+        return [(i, -s) for i, s in self.conn.execute(sql, [match, user_id, *args, k])]
+
+    def allowed_ids(self, user_id: str, filters: Filters) -> set[str]:
+        """Ids of the tenant's turns and items that pass ``filters``."""
+        out: set[str] = set()
+        for node, table in (("turn", "turns"), ("item", "items")):
+            where, args = filters.sql(node, "t")
+            out.update(
+                r[0]
+                for r in self.conn.execute(
+                    f"SELECT id FROM {table} t WHERE t.user_id = ?{where}", [user_id, *args]
+                )
+            )
+        return out
+
+    def tag_vocabulary(self, user_id: str) -> list[str]:
+        """The tenant's distinct tags, case-folded (cached)."""
+        return self._cached(("tags", user_id), lambda: [
+            r[0] for r in self.conn.execute(
+                "SELECT DISTINCT tag FROM item_tags WHERE user_id = ?", (user_id,))
+        ])
+
+    def items_with_tags(self, user_id: str, tags: Sequence[str], limit: int) -> list[str]:
+        """Ids of the tenant's items carrying any of ``tags``, most tags matched first."""
+        if not tags:
+            return []
+        rows = self.conn.execute(
+            f"SELECT i.id FROM item_tags g JOIN items i ON i.rowid = g.item_rowid"
+            f" WHERE g.user_id = ? AND i.user_id = ? AND g.tag IN ({','.join('?' * len(tags))})"
+            " GROUP BY i.id ORDER BY count(*) DESC, max(i.rowid) DESC LIMIT ?",
+            [user_id, user_id, *tags, limit],
+        )
+        return [r[0] for r in rows]
+
+    def nodes(
+        self, user_id: str, node_ids: Sequence[str], *, text: bool = True
+    ) -> dict[str, dict[str, Any]]:
+        """Summary rows (kind, speaker, conversation, session, time; ``text`` and
+        ``metadata`` too unless ``text=False``) for turn and item ids of a tenant."""
+        out: dict[str, dict[str, Any]] = {}
+        body = "text, metadata" if text else "NULL AS text, NULL AS metadata"
+        queries = (
+            ("turn", f"SELECT id, 'turn' AS kind, speaker, conversation_id, session_id, turn_id,"
+                     f" event_time, recorded_at, {body} FROM turns"),
+            ("item", f"SELECT id, kind, speaker, conversation_id, NULL AS session_id,"
+                     f" NULL AS turn_id, event_time, recorded_at, {body} FROM items"),
+        )
+        for node, sql in queries:
+            ids = [n for n in node_ids if node_type(n) == node]
+            for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+                where = f" WHERE user_id = ? AND id IN ({','.join('?' * len(chunk))})"
+                for r in self._q(sql + where, [user_id, *chunk]):
+                    out[r["id"]] = r
+        return out

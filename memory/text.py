@@ -1,0 +1,79 @@
+"""Text normalisation shared by the lexical index, the query side and the baselines.
+
+One tokenizer serves FTS5 indexing, FTS5 querying and the rank-bm25 "normalised tokens"
+baseline, so lexical scores are comparable and a query can never speak FTS5 syntax: the
+MATCH expression is built from our own tokens, each one double-quoted.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import Stemmer
+
+# A compact English stop-word list (the Snowball list plus chat fillers). Question words
+# are stop-words here: "when"/"what" carry intent, which query.py reads before stripping.
+STOP_WORDS: frozenset[str] = frozenset(
+    """
+    a about above after again against all am an and any are aren't as at be because been
+    before being below between both but by can can't cannot could couldn't did didn't do
+    does doesn't doing don't down during each few for from further had hadn't has hasn't
+    have haven't having he he'd he'll he's her here here's hers herself him himself his how
+    how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more most
+    mustn't my myself no nor not of off on once only or other ought our ours ourselves out
+    over own same shan't she she'd she'll she's should shouldn't so some such than that
+    that's the their theirs them themselves then there there's these they they'd they'll
+    they're they've this those through to too under until up very was wasn't we we'd we'll
+    we're we've were weren't what what's when when's where where's which while who who's
+    whom why why's with won't would wouldn't you you'd you'll you're you've your yours
+    yourself yourselves also just really yeah yes oh hey hi hello ok okay thanks thank wow
+    gonna wanna got get like well much many lot lots thing things something anything
+    everything kind sort im ive id youre dont didnt doesnt isnt wasnt cant wont thats whats
+    """.split()  # noqa: SIM905 - a word list reads better than a list literal
+)
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Stemmer.Stemmer:
+    return Stemmer.Stemmer("english")
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (letters and digits, inner apostrophes kept)."""
+    return [w.replace("’", "'") for w in _WORD.findall(text.lower())]
+
+
+def tokens(text: str) -> list[str]:
+    """Normalised index tokens: words minus stop-words, Snowball-stemmed.
+
+    Example:
+        >>> tokens("Caroline went to the LGBTQ support groups!")
+        ['carolin', 'went', 'lgbtq', 'support', 'group']
+    """
+    kept = [w.replace("'", "") for w in words(text) if w not in STOP_WORDS]
+    return _stemmer().stemWords([w for w in kept if w])
+
+
+def index_text(text: str) -> str:
+    """The string stored in the FTS5 body column: normalised tokens joined by spaces."""
+    return " ".join(tokens(text))
+
+
+def fts_match(
+    query_tokens: list[str], *, tenant_token: str | None = None, columns: str = "body"
+) -> str | None:
+    """Build a safe FTS5 MATCH expression (OR of quoted tokens), or None if nothing is left.
+
+    Every token is wrapped in double quotes with inner quotes doubled, so FTS5 operators
+    in user text (``NEAR``, ``*``, ``-``, ``(``, ``"``) are plain text.
+    """
+    unique = list(dict.fromkeys(t for t in query_tokens if t))
+    if not unique:
+        return None
+    terms = " OR ".join('"' + t.replace('"', '""') + '"' for t in unique)
+    if tenant_token is None:
+        return f"{{{columns}}} : ({terms})"
+    return f'tenant : "{tenant_token}" AND {{{columns}}} : ({terms})'

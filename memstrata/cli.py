@@ -1,0 +1,208 @@
+"""The ``memstrata`` command: load memories, search them, and run the benchmarks.
+
+Every subcommand explains itself with ``--help``. Errors are one clear line on stderr and
+a non-zero exit; results go to stdout (JSON for machine-readable ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+DEFAULT_DB = "memstrata.db"
+_SHARED = Path("..") / "shared" / "data" / "locomo"
+
+
+def _embedder(enabled: bool):
+    if not enabled:
+        return None
+    from memstrata.memory import default_embedder
+
+    return default_embedder()
+
+
+def _weights(raw: str | None):
+    from memstrata.memory import SearchWeights
+
+    if not raw:
+        return SearchWeights()
+    try:
+        return SearchWeights(**json.loads(raw))
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise SystemExit(
+            f"memstrata: --weights must be a JSON object of SearchWeights: {exc}"
+        ) from None
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    """Load a LoCoMo-format file into a store, each conversation its own tenant."""
+    from tqdm import tqdm
+
+    from memstrata.bench.locomo import load_locomo, read_locomo
+    from memstrata.memory import Store
+
+    convs = read_locomo(args.file)
+    embedder = _embedder(not args.no_embed)
+    with Store.open(args.db) as store, tqdm(
+        total=sum(c.turn_count for c in convs), unit="turn", desc="load"
+    ) as bar:
+        stats = load_locomo(store, convs, embedder=embedder, progress=bar.update)
+    print(json.dumps({"db": args.db, "conversations": stats.conversations, "turns": stats.turns,
+                      "embedded": stats.embedded, "tenants": [c.sample_id for c in convs]}))
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """Hybrid search over one tenant; prints one JSON object per hit."""
+    from memstrata.memory import Filters, Retriever, Store
+
+    if not Path(args.db).exists():
+        raise SystemExit(f"memstrata: no store at {args.db} (create one with 'memstrata load')")
+    filters = Filters(
+        kinds=args.kind, speaker=args.speaker, conversation_id=args.conversation,
+        start=datetime.fromisoformat(args.since) if args.since else None,
+        end=datetime.fromisoformat(args.until) if args.until else None,
+    )
+    with Store.open(args.db) as store:
+        model_has_vectors = bool(store.counts(args.user)["embeddings"])
+        retriever = Retriever(store, _embedder(model_has_vectors and not args.no_dense),
+                              _weights(args.weights))
+        for hit in retriever.search(args.user, args.query, k=args.k, filters=filters):
+            print(hit.model_dump_json(exclude_none=True))
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Row counts of a store (all tenants, or one)."""
+    from memstrata.memory import Store
+
+    if not Path(args.db).exists():
+        raise SystemExit(f"memstrata: no store at {args.db}")
+    with Store.open(args.db) as store:
+        print(json.dumps(store.counts(args.user), indent=2))
+    return 0
+
+
+def cmd_bench_retrieval(args: argparse.Namespace) -> int:
+    """LoCoMo evidence recall@5/10/25 for memstrata and three baselines in one run."""
+    from memstrata.bench.report import retrieval_table, write_retrieval_outputs
+    from memstrata.bench.retrieval import run_retrieval_bench
+
+    audit = args.audit
+    if audit is None:
+        beside = Path(args.data).with_name(Path(args.data).stem + "_audit_errors.json")
+        audit = beside if beside.exists() else None
+    doc = run_retrieval_bench(
+        args.data, audit=audit, embedder=_embedder(not args.no_dense),
+        weights=_weights(args.weights), db_path=args.db, limit=args.limit,
+    )
+    paths = write_retrieval_outputs(doc, args.out)
+    print(retrieval_table(doc))
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def cmd_bench_scale(args: argparse.Namespace) -> int:
+    """Synthetic single-tenant stores of growing size: ingest rate and search latency."""
+    from memstrata.bench.scale import format_scale_table, run_scale_bench, write_scale_outputs
+
+    try:
+        sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(
+            f"memstrata: --sizes must be comma-separated integers, got {args.sizes!r}"
+        ) from None
+    doc = run_scale_bench(sizes, queries=args.queries, bm25_sample=args.bm25_sample,
+                          seed=args.seed)
+    paths = write_scale_outputs(doc, args.out)
+    print(format_scale_table(doc))
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="memstrata",
+        description="Layered long-term memory for DSPy agents, in one SQLite file. "
+        "Runs offline on the embedded embedding model; nothing is sent anywhere.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("load", help="load a LoCoMo-format JSON file into a store",
+                       description=cmd_load.__doc__)
+    p.add_argument("file", help="LoCoMo-format JSON (a list of conversations)")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--no-embed", action="store_true", help="skip embeddings (lexical only)")
+    p.set_defaults(func=cmd_load)
+
+    p = sub.add_parser("search", help="hybrid search over one tenant's memory",
+                       description=cmd_search.__doc__)
+    p.add_argument("query")
+    p.add_argument("--user", required=True, help="tenant id (LoCoMo: the sample_id)")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("-k", type=int, default=10, help="number of hits (default 10)")
+    p.add_argument("--kind", action="append", help="only this kind ('turn', 'fact', ...)")
+    p.add_argument("--speaker", help="only what this speaker said")
+    p.add_argument("--conversation", help="only this conversation")
+    p.add_argument("--since", help="event time from (ISO date)")
+    p.add_argument("--until", help="event time until (ISO date)")
+    p.add_argument("--no-dense", action="store_true", help="skip the embedding channel")
+    p.add_argument("--weights", help='fusion knobs as JSON, e.g. \'{"dense": 0.5}\'')
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("stats", help="row counts of a store", description=cmd_stats.__doc__)
+    p.add_argument("--db", default=DEFAULT_DB)
+    p.add_argument("--user", help="one tenant only")
+    p.set_defaults(func=cmd_stats)
+
+    bench = sub.add_parser("bench", help="benchmarks (retrieval, scale)",
+                           description="Benchmarks; each writes JSON and a PNG chart to --out.")
+    bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
+
+    p = bsub.add_parser("retrieval", help="LoCoMo evidence recall, four retrievers side by side",
+                        description=cmd_bench_retrieval.__doc__ + " No LLM is used.")
+    p.add_argument("--data", default=str(_SHARED / "locomo_dev.json"),
+                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
+    p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
+                   "beside --data, if present)")
+    p.add_argument("--out", default="out", help="output folder (default ./out)")
+    p.add_argument("--db", help="build the store here instead of a temporary file")
+    p.add_argument("--limit", type=int, help="first N questions per conversation (quick runs)")
+    p.add_argument("--no-dense", action="store_true",
+                   help="no embedding model: skip the dense channel and the 'dense' system")
+    p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
+    p.set_defaults(func=cmd_bench_retrieval)
+
+    p = bsub.add_parser("scale", help="ingest rate and search latency at 10k-1M items",
+                        description=cmd_bench_scale.__doc__)
+    p.add_argument("--sizes", default="10000,100000", help="comma-separated item counts")
+    p.add_argument("--out", default="out", help="output folder (default ./out)")
+    p.add_argument("--queries", type=int, default=200, help="queries per size (default 200)")
+    p.add_argument("--bm25-sample", type=int, default=100_000,
+                   help="rank-bm25 runs on at most this many items (default 100000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_bench_scale)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``memstrata`` console command."""
+    args = build_parser().parse_args(argv)
+    from memstrata.bench.locomo import LoCoMoError
+
+    try:
+        return int(args.func(args) or 0)
+    except (LoCoMoError, FileNotFoundError, RuntimeError) as exc:
+        print(f"memstrata: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("memstrata: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

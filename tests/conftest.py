@@ -1,0 +1,144 @@
+"""Shared fixtures: a deterministic fake embedder, stores, and LoCoMo-format file builders."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memstrata.memory import Store
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+SHARED_LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo"
+"""The shared LoCoMo dev split, beside the repository (``../shared`` of a clean clone)."""
+
+
+class FakeEmbedder:
+    """A deterministic bag-of-words embedder: each lower-cased word hashes into a bucket.
+
+    Texts that share words get a higher cosine than texts that share none; a text with no
+    words at all maps to a fixed unit vector, so every row is unit length.
+    """
+
+    name = "fake-hash"
+    dim = 64
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @classmethod
+    def bucket(cls, word: str) -> int:
+        """The bucket of one word (stable across processes, unlike ``hash``)."""
+        digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
+        return int.from_bytes(digest, "little") % cls.dim
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """A ``(len(texts), 64)`` float32 array of unit vectors."""
+        self.calls += 1
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = _WORD.findall(text.lower())
+            if not words:
+                out[row, 0] = 1.0
+                continue
+            for word in words:
+                out[row, self.bucket(word)] += 1.0
+            out[row] /= np.linalg.norm(out[row])
+        return out
+
+
+@pytest.fixture
+def embedder() -> FakeEmbedder:
+    """A fresh fake embedder."""
+    return FakeEmbedder()
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    """An in-memory store, closed after the test."""
+    s = Store.open(":memory:")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def file_store(tmp_path: Path) -> Iterator[Store]:
+    """A store in a real file (WAL mode), closed after the test."""
+    s = Store.open(tmp_path / "memory.db")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def locomo_record(
+    sample_id: str = "conv-1",
+    *,
+    speakers: tuple[str, str] = ("Alice", "Bob"),
+    sessions: dict[int, list[dict[str, Any]]] | None = None,
+    dates: dict[int, str] | None = None,
+    qa: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One conversation in LoCoMo's JSON shape (defaults: two short sessions)."""
+    if sessions is None:
+        sessions = {
+            1: [
+                {"speaker": speakers[0], "dia_id": "D1:1",
+                 "text": "I adopted a guinea pig named Oscar last week."},
+                {"speaker": speakers[1], "dia_id": "D1:2",
+                 "text": "Lovely! I started learning the violin."},
+                {"speaker": speakers[0], "dia_id": "D1:3",
+                 "text": "Here is my new garden.", "img_url": ["https://example.invalid/a.jpg"],
+                 "blip_caption": "a photo of sunflowers next to a wooden fence",
+                 "query": "garden sunflowers"},
+            ],
+            2: [
+                {"speaker": speakers[1], "dia_id": "D2:1",
+                 "text": "We went hiking in the Alps yesterday."},
+                {"speaker": speakers[0], "dia_id": "D2:2",
+                 "text": "Amazing, I visited Sweden to see my grandma."},
+            ],
+        }
+    if dates is None:
+        dates = {n: f"1:56 pm on {7 + n} May, 2023" for n in sessions}
+    conversation: dict[str, Any] = {"speaker_a": speakers[0], "speaker_b": speakers[1]}
+    for n, turns in sessions.items():
+        if n in dates:
+            conversation[f"session_{n}_date_time"] = dates[n]
+        conversation[f"session_{n}"] = turns
+    return {
+        "sample_id": sample_id,
+        "conversation": conversation,
+        "qa": qa if qa is not None else [],
+        "observation": {},
+        "session_summary": {},
+        "event_summary": {},
+    }
+
+
+@pytest.fixture
+def make_record() -> Callable[..., dict[str, Any]]:
+    """Builder of LoCoMo conversation records (see :func:`locomo_record`)."""
+    return locomo_record
+
+
+@pytest.fixture
+def write_json(tmp_path: Path) -> Callable[[str, Any], Path]:
+    """Write a JSON value (or raw text, for malformed files) under ``tmp_path``."""
+
+    def write(name: str, value: Any) -> Path:
+        path = tmp_path / name
+        text = value if isinstance(value, str) else json.dumps(value)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return write
