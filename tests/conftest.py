@@ -11,13 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from memstrata.memory import Store
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-
-SHARED_LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo"
-"""The shared LoCoMo dev split, beside the repository (``../shared`` of a clean clone)."""
 
 
 class FakeEmbedder:

@@ -1,0 +1,174 @@
+"""Query understanding: date spans, relative time, named speakers, tokens and stop-words."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from memstrata.memory.query import analyse, named_speakers, time_range
+from memstrata.memory.text import STOP_WORDS, fts_match, index_text, tokens, words
+
+
+def _day(y: int, m: int, d: int) -> tuple[datetime, datetime]:
+    start = datetime(y, m, d, tzinfo=UTC)
+    return start, start + timedelta(days=1, seconds=-1)
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("What did Caroline do in May 2023?",
+         (datetime(2023, 5, 1, tzinfo=UTC), datetime(2023, 5, 31, 23, 59, 59, tzinfo=UTC))),
+        ("What happened in February of 2024?",
+         (datetime(2024, 2, 1, tzinfo=UTC), datetime(2024, 2, 29, 23, 59, 59, tzinfo=UTC))),
+        ("What happened on 8 May, 2023?", _day(2023, 5, 8)),
+        ("What happened on 8th December, 2023?", _day(2023, 12, 8)),
+        ("8th December, 2023", _day(2023, 12, 8)),
+        ("What did Gina find on 1 February, 2023?", _day(2023, 2, 1)),
+        ("What did she do on May 23, 2023?", _day(2023, 5, 23)),
+        ("on Dec 3rd 2022", _day(2022, 12, 3)),
+        ("What did Melanie paint in 2022?",
+         (datetime(2022, 1, 1, tzinfo=UTC), datetime(2022, 12, 31, 23, 59, 59, tzinfo=UTC))),
+        ("What is Caroline's favourite book?", None),
+    ],
+)
+def test_time_range_absolute(question: str, expected: tuple[datetime, datetime] | None) -> None:
+    assert time_range(question) == expected
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["What happened on 31 February 2023?", "What about February 30, 2023?",
+     "on 32 May, 2023", "on 0 May, 2023"],
+)
+def test_time_range_invalid_dates_return_none(question: str) -> None:
+    assert time_range(question) is None
+    assert analyse(question, []).start is None
+
+
+NOW = datetime(2023, 5, 10, 15, 30, tzinfo=UTC)  # a Wednesday
+
+
+def test_time_range_yesterday_and_today() -> None:
+    assert time_range("What did I eat yesterday?", NOW) == _day(2023, 5, 9)
+    assert time_range("What did I do today?", NOW) == _day(2023, 5, 10)
+
+
+def test_time_range_last_week_is_the_previous_monday_to_sunday() -> None:
+    assert NOW.weekday() == 2
+    start, end = time_range("Where did Jon go last week?", NOW)
+    assert start == datetime(2023, 5, 1, tzinfo=UTC)
+    assert end == datetime(2023, 5, 7, 23, 59, 59, tzinfo=UTC)
+    assert start.weekday() == 0
+
+
+@pytest.mark.parametrize(
+    ("phrase", "days"),
+    [("two weeks ago", 14), ("3 days ago", 3), ("a month ago", 30), ("one year ago", 365),
+     ("2 weeks ago", 14)],
+)
+def test_time_range_n_units_ago_is_a_window_around_that_point(phrase: str, days: int) -> None:
+    start, end = time_range(f"What happened {phrase}?", NOW)
+    point = NOW - timedelta(days=days)
+    assert start < point < end
+    assert end < NOW
+    assert end - start < timedelta(days=days + 1)
+
+
+def test_time_range_last_month_and_last_year() -> None:
+    assert time_range("last month", NOW) == (
+        datetime(2023, 4, 1, tzinfo=UTC), datetime(2023, 4, 30, 23, 59, 59, tzinfo=UTC))
+    january = datetime(2024, 1, 15, tzinfo=UTC)
+    assert time_range("last month", january)[0] == datetime(2023, 12, 1, tzinfo=UTC)
+    assert time_range("last year", NOW) == (
+        datetime(2022, 1, 1, tzinfo=UTC), datetime(2022, 12, 31, 23, 59, 59, tzinfo=UTC))
+
+
+def test_relative_time_needs_an_explicit_now() -> None:
+    for phrase in ("yesterday", "last week", "two weeks ago", "today"):
+        assert time_range(f"What happened {phrase}?") is None
+        assert time_range(f"What happened {phrase}?", NOW) is not None
+
+
+def test_absolute_date_wins_over_relative_phrase() -> None:
+    assert time_range("the week before 8 May, 2023, not yesterday", NOW) == _day(2023, 5, 8)
+
+
+def test_named_speakers_plain_possessive_and_case() -> None:
+    known = ["Caroline", "Melanie"]
+    assert analyse("What is Caroline's favourite book?", known).speakers == ["Caroline"]
+    assert analyse("what is caroline’s favourite book?", known).speakers == ["Caroline"]
+    assert analyse("Did Melanie and Caroline meet?", known).speakers == known
+    assert analyse("Is this the Melanies' house?", known).speakers == ["Melanie"]
+    assert analyse("Where does Carol live?", known).speakers == []
+    assert analyse("Who are the Carolines?", known).speakers == []
+    assert analyse("Who likes Melanielike things?", known).speakers == []
+
+
+def test_named_speakers_first_name_of_full_name() -> None:
+    known = ["John Smith", "Maria"]
+    assert named_speakers("Where did John go last week?", known) == ["John Smith"]
+    assert named_speakers("What is John Smith's job?", known) == ["John Smith"]
+    assert named_speakers("What did Johnny do?", known) == []
+    assert named_speakers("Anything?", []) == []
+    assert named_speakers("Anyone (regex) [chars]?", ["(regex)", "a.b"]) == ["(regex)"]
+
+
+def test_content_tokens_drop_the_named_speaker() -> None:
+    qa = analyse("When did Caroline go to the LGBTQ support group?", ["Caroline", "Melanie"])
+    assert qa.tokens == ["carolin", "go", "lgbtq", "support", "group"]
+    assert qa.content_tokens == ["go", "lgbtq", "support", "group"]
+    assert qa.temporal is True
+    only_name = analyse("Caroline?", ["Caroline"])
+    assert only_name.content_tokens == ["carolin"]  # never empty while tokens are not
+
+
+def test_temporal_intent() -> None:
+    assert analyse("How long has Jon been dancing?", []).temporal is True
+    assert analyse("What year did she move?", []).temporal is True
+    assert analyse("What does Gina sell?", []).temporal is False
+
+
+def test_tokens_lowercase_stem_and_drop_stop_words() -> None:
+    assert tokens("Caroline went to the LGBTQ support groups!") == [
+        "carolin", "went", "lgbtq", "support", "group"]
+    assert tokens("Running runs RUN") == ["run", "run", "run"]
+    assert tokens("the and of a is it what when who") == []
+    assert tokens("I'm gonna, like, yeah") == []
+    assert tokens("") == []
+    assert tokens("🎻 !!! ...") == []
+    assert tokens("Caroline's") == tokens("Caroline’s") == tokens("carolines")
+    assert tokens("snake_case") == ["snake", "case"]
+    assert tokens("Sweden 2023") == ["sweden", "2023"]
+
+
+def test_words_keep_inner_apostrophes() -> None:
+    assert words("Don’t STOP, it's fine") == ["don't", "stop", "it's", "fine"]
+
+
+def test_index_text_joins_tokens() -> None:
+    assert index_text("The Groups of Friends") == "group friend"
+
+
+def test_fts_match_shape() -> None:
+    assert fts_match([]) is None
+    assert fts_match(["", ""]) is None
+    assert fts_match(["a", "b", "a"]) == '{body} : ("a" OR "b")'
+    assert fts_match(['x"y'], tenant_token="u1", columns="body context") == (
+        'tenant : "u1" AND {body context} : ("x""y")')
+
+
+@given(st.text(max_size=80))
+def test_tokens_never_contain_stop_words_spaces_or_uppercase(text: str) -> None:
+    toks = tokens(text)
+    for t in toks:
+        assert t
+        assert not any(c.isspace() for c in t)
+        assert t == t.lower()
+        assert "'" not in t and '"' not in t
+    assert index_text(text) == " ".join(toks)
+    assert len(toks) <= len(words(text))
+    unstemmed = [w.replace("'", "") for w in words(text)]
+    assert all(w in STOP_WORDS or not w for w in words(text)) is (toks == [] and all(unstemmed))

@@ -1,0 +1,218 @@
+"""Hybrid retrieval: channels, filters, priors, graph expansion, and the fake embedder."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+from memstrata.memory import (
+    Edge,
+    Embedder,
+    FactItem,
+    Filters,
+    Retriever,
+    SearchWeights,
+    SemanticItem,
+    Store,
+    Turn,
+)
+
+U = "retrieval-user"
+LEXICAL_OFF = SearchWeights(lexical=0, speaker_channels=0, tags=0, graph=0, speaker_boost=0,
+                            time_boost=0)
+
+
+def _turns(store: Store) -> list[str]:
+    rows = [
+        ("Caroline", "I went to the LGBTQ support group yesterday", datetime(2023, 5, 8)),
+        ("Melanie", "That sounds lovely, was it helpful?", datetime(2023, 5, 8)),
+        ("Caroline", "Yes, it really was", datetime(2023, 5, 8)),
+        ("Melanie", "I painted a lake sunrise last year", datetime(2023, 7, 1)),
+        ("Caroline", "My grandma gave me a necklace from Sweden", datetime(2023, 7, 1)),
+    ]
+    return store.add_turns([
+        Turn(user_id=U, conversation_id="conv", session_id=f"s{when.month}", turn_id=f"D1:{n}",
+             seq=n, speaker=speaker, text=text, event_time=when)
+        for n, (speaker, text, when) in enumerate(rows)
+    ])
+
+
+def test_fake_embedder_is_deterministic_unit_and_meaningful(embedder) -> None:
+    assert isinstance(embedder, Embedder)
+    vecs = embedder.encode(["violin lessons today", "violin lessons tomorrow",
+                            "pottery class", "", "🎻"])
+    assert vecs.dtype == np.float32 and vecs.shape == (5, 64)
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0)
+    assert np.array_equal(vecs, embedder.encode(["violin lessons today", "violin lessons tomorrow",
+                                                 "pottery class", "", "🎻"]))
+    assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]
+    assert embedder.encode([]).shape == (0, 64)
+
+
+def test_lexical_search_ranks_the_matching_turn_first(store: Store) -> None:
+    ids = _turns(store)
+    hits = Retriever(store).search(U, "When did Caroline go to the LGBTQ support group?", k=3)
+    assert hits[0].id == ids[0]
+    assert hits[0].node == "turn" and hits[0].kind == "turn"
+    assert hits[0].turn_id == "D1:0"
+    assert hits[0].speaker == "Caroline"
+    assert hits[0].conversation_id == "conv"
+    assert hits[0].event_time == datetime(2023, 5, 8, tzinfo=UTC)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_context_column_finds_the_answer_to_a_question(store: Store) -> None:
+    ids = _turns(store)
+    # turn 2 ("Yes, it really was") shares no word with the query; its predecessor does
+    hits = Retriever(store, weights=SearchWeights(graph=0)).search(U, "helpful", k=5)
+    assert ids[2] in [h.id for h in hits]
+    no_context = Retriever(store, weights=SearchWeights(graph=0, context=0))
+    assert [h.id for h in no_context.search(U, "helpful", k=5)] == [ids[1]]
+
+
+def test_dense_channel_alone_finds_shared_words(store: Store, embedder) -> None:
+    a = store.add(SemanticItem(user_id=U, text="violin lessons on tuesday"))
+    b = store.add(SemanticItem(user_id=U, text="pottery class on friday"))
+    store.set_embeddings(U, [a, b], embedder.encode(["violin lessons on tuesday",
+                                                     "pottery class on friday"]), embedder.name)
+    hits = Retriever(store, embedder, LEXICAL_OFF).search(U, "violin lessons", k=2)
+    assert hits[0].id == a
+    assert Retriever(store, None, LEXICAL_OFF).search(U, "violin lessons", k=2) == []
+    assert Retriever(store, embedder, LEXICAL_OFF).search(U, "   ", k=2) == []
+
+
+def test_nodes_argument_restricts_result_types(store: Store, embedder) -> None:
+    turn_ids = _turns(store)
+    item = store.add(FactItem(user_id=U, text="Caroline's necklace is from Sweden",
+                              tags=["necklace"]))
+    texts = [r["text"] for r in store.nodes(U, [*turn_ids, item]).values()]
+    store.set_embeddings(U, [*turn_ids, item], embedder.encode(texts), embedder.name)
+    store.add_edges([Edge(user_id=U, src=item, dst=turn_ids[4], relation="derived_from")])
+    retriever = Retriever(store, embedder)
+    only_turns = retriever.search(U, "necklace Sweden", k=10, nodes=("turn",))
+    only_items = retriever.search(U, "necklace Sweden", k=10, nodes=("item",))
+    assert only_turns and all(h.node == "turn" for h in only_turns)
+    assert [h.id for h in only_items] == [item]
+    both = retriever.search(U, "necklace Sweden", k=10)
+    assert {item, turn_ids[4]} <= {h.id for h in both}
+
+
+def test_filters_speaker_kind_conversation_and_time(store: Store, embedder) -> None:
+    turn_ids = _turns(store)
+    fact = store.add(FactItem(user_id=U, text="Caroline went to a support group",
+                              speaker="Caroline"))
+    note = store.add(SemanticItem(user_id=U, text="support groups help people",
+                                  speaker="Melanie"))
+    texts = [r["text"] for r in store.nodes(U, [*turn_ids, fact, note]).values()]
+    store.set_embeddings(U, [*turn_ids, fact, note], embedder.encode(texts), embedder.name)
+    r = Retriever(store, embedder)
+    facts = r.search(U, "support group", k=10, filters=Filters(kinds=["fact"]))
+    assert [h.id for h in facts] == [fact]
+    turns = r.search(U, "support group", k=10, filters=Filters(kinds=["turn"]))
+    assert turns and all(h.node == "turn" for h in turns)
+    mel = r.search(U, "support group lake", k=10, filters=Filters(speaker="Melanie"))
+    assert mel and all(h.speaker == "Melanie" for h in mel)
+    july = r.search(U, "support group necklace lake", k=10,
+                    filters=Filters(start=datetime(2023, 7, 1), end=datetime(2023, 7, 31)))
+    assert {h.id for h in july} == {turn_ids[3], turn_ids[4]}
+    assert r.search(U, "support group", k=10, filters=Filters(conversation_id="nope")) == []
+
+
+def _twins(store: Store, filler: bool = False) -> list[str]:
+    """Two turns with the same words (Jon in January, Gina in June), plus a weaker match."""
+    rows = [("Jon", "I opened the dance studio", datetime(2023, 1, 5)),
+            ("Gina", "I opened the dance studio", datetime(2023, 6, 5))]
+    if filler:
+        rows.append(("Ann", "a studio, somewhere, with lots of other words in it",
+                     datetime(2022, 3, 3)))
+    return store.add_turns([
+        Turn(user_id=U, conversation_id="c", session_id=f"s{n}", turn_id=f"D{n}:1", seq=n,
+             speaker=speaker, text=text, event_time=when)
+        for n, (speaker, text, when) in enumerate(rows)
+    ])
+
+
+def test_named_speaker_ranks_that_speakers_turn_first(store: Store) -> None:
+    jon, gina = _twins(store)
+    plain = Retriever(store, weights=SearchWeights(graph=0))
+    assert plain.search(U, "Did Gina open the dance studio?", k=2)[0].id == gina
+    assert plain.search(U, "Did Jon open the dance studio?", k=2)[0].id == jon
+
+
+def test_time_span_prior_lifts_the_hit_inside_the_span(store: Store) -> None:
+    jon, gina, _ = _twins(store, filler=True)
+    plain = Retriever(store, weights=SearchWeights(graph=0))
+    assert plain.search(U, "Who opened the dance studio in June 2023?", k=3)[0].id == gina
+    assert plain.search(U, "Who opened the dance studio in January 2023?", k=3)[0].id == jon
+
+
+def test_time_span_prior_breaks_a_tie_between_the_only_matches(store: Store) -> None:
+    """Two equally good (and the only) matches: the one inside the named span must win."""
+    jon, gina = _twins(store)
+    plain = Retriever(store, weights=SearchWeights(graph=0))
+    june = plain.search(U, "Who opened the dance studio in June 2023?", k=2)
+    january = plain.search(U, "Who opened the dance studio in January 2023?", k=2)
+    assert june[0].id == gina and june[0].score > june[1].score
+    assert january[0].id == jon and january[0].score > january[1].score
+
+
+def test_graph_expansion_pulls_in_a_neighbour(store: Store) -> None:
+    seed = store.add(FactItem(user_id=U, text="Oscar the guinea pig eats guinea pig food"))
+    weak = store.add(FactItem(user_id=U, text="a pig on a farm, among cows and sheep and goats"))
+    linked = store.add(FactItem(user_id=U, text="an unrelated sentence entirely"))
+    store.add_edges([Edge(user_id=U, src=seed, dst=linked, relation="about")])
+    with_graph = Retriever(store).search(U, "guinea pig", k=5)
+    assert with_graph[0].id == seed
+    assert linked in [h.id for h in with_graph]
+    by_id = {h.id: h.score for h in with_graph}
+    assert 0 < by_id[linked] < by_id[seed]
+    without = Retriever(store, weights=SearchWeights(graph=0)).search(U, "guinea pig", k=5)
+    assert [h.id for h in without] == [seed, weak]
+
+
+def test_lone_match_keeps_a_positive_score(store: Store) -> None:
+    [only] = store.add_turns([
+        Turn(user_id=U, conversation_id="c", session_id="s", turn_id="D1:1", seq=0,
+             speaker="Ann", text="I adopted a guinea pig"),
+        Turn(user_id=U, conversation_id="c", session_id="s", turn_id="D1:2", seq=1,
+             speaker="Bob", text="Nice, congratulations"),
+    ])[:1]
+    hits = Retriever(store, weights=SearchWeights(graph=0, context=0)).search(U, "guinea", k=5)
+    assert [h.id for h in hits] == [only]
+    assert hits[0].score > 0
+
+
+def test_tag_channel_fuzzy_matches_tags(store: Store) -> None:
+    tagged = store.add(FactItem(user_id=U, text="an entry without the word", tags=["adoption"]))
+    hits = Retriever(store, weights=SearchWeights(lexical=0)).search(U, "adoptions?", k=5)
+    assert [h.id for h in hits] == [tagged]
+
+
+def test_tag_match_lifts_a_tagged_item_above_an_untagged_twin(store: Store) -> None:
+    """Only the tag channel can see "colour" for the query word "color" (different stems)."""
+    tagged = store.add(FactItem(user_id=U, text="paint note one", tags=["colour"]))
+    twin = store.add(FactItem(user_id=U, text="paint note two"))
+    store.add(FactItem(user_id=U, text="paint, and a long list of many other unrelated words"))
+    hits = Retriever(store, weights=SearchWeights(graph=0)).search(U, "paint color", k=3)
+    ranked = [h.id for h in hits]
+    assert ranked.index(tagged) < ranked.index(twin)
+
+
+def test_image_caption_is_searchable_and_shown(store: Store) -> None:
+    [tid] = store.add_turns([
+        Turn(user_id=U, conversation_id="c", session_id="s", turn_id="D1:1", seq=0,
+             speaker="Ann", text="Look at this!",
+             metadata={"blip_caption": "a photo of a golden retriever on a beach"}),
+    ])
+    hits = Retriever(store).search(U, "retriever beach", k=3)
+    assert [h.id for h in hits] == [tid]
+    assert hits[0].text == (
+        "Look at this! [shares a photo: a photo of a golden retriever on a beach]")
+
+
+def test_k_limits_and_speakers_listing(store: Store) -> None:
+    _turns(store)
+    store.add(FactItem(user_id=U, text="x", speaker="Zoe", about="Yan"))
+    assert store.speakers(U) == ["Caroline", "Melanie", "Yan", "Zoe"]
+    assert len(Retriever(store).search(U, "Caroline Melanie", k=2)) == 2
+    assert Retriever(store).search(U, "Caroline", k=-1) == []
