@@ -130,8 +130,9 @@ class Corpus:
         return words[0].capitalize() + " " + " ".join(words[1:]) + "."
 
     def item_tags(self, i: int) -> list[str]:
-        """Item ``i``'s tags."""
-        return [self.tags[t] for t in self.tag_ids[self.tag_offsets[i]:self.tag_offsets[i + 1]]]
+        """Item ``i``'s tags (distinct)."""
+        span = self.tag_ids[self.tag_offsets[i]:self.tag_offsets[i + 1]]
+        return list(dict.fromkeys(self.tags[t] for t in span))
 
     def item(self, i: int) -> Item:
         """Item ``i`` as the pydantic model of its kind."""

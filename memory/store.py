@@ -449,7 +449,7 @@ class Store:
         if not item_ids:
             return []
         rows = self._q(
-            f"SELECT * FROM items WHERE user_id = ? AND id IN ({','.join('?' * len(item_ids))})",
+            f"SELECT * FROM items WHERE +user_id = ? AND id IN ({','.join('?' * len(item_ids))})",
             [user_id, *item_ids],
         )
         by_id = {r["id"]: self._item(r) for r in rows}
@@ -720,7 +720,9 @@ class Store:
         for node, sql in queries:
             ids = [n for n in node_ids if node_type(n) == node]
             for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
-                where = f" WHERE user_id = ? AND id IN ({','.join('?' * len(chunk))})"
+                # "+user_id": keep the planner on the unique id index, not the tenant index
+                # (which would scan every row of a large tenant).
+                where = f" WHERE +user_id = ? AND id IN ({','.join('?' * len(chunk))})"
                 for r in self._q(sql + where, [user_id, *chunk]):
                     out[r["id"]] = r
         return out
