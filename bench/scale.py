@@ -19,6 +19,7 @@ current resident set across the phase (``/proc/self/statm``; None where unavaila
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import os
 import platform
@@ -490,6 +491,7 @@ def run_scale_bench(
             "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,
         },
+        "code_sha256": _code_versions(),
         "notes": [
             "Items only: no embeddings are stored (encoding 1M texts is out of scope), so "
             "memstrata's dense channel is off; search runs the lexical (FTS5 bm25), tag, "
@@ -521,6 +523,18 @@ def run_scale_bench(
             gc.collect()
     doc["meta"]["peak_rss_mb"] = round(_maxrss_mb(), 1)
     return doc
+
+
+def _code_versions() -> dict[str, str]:
+    """Short sha256 of the store and retrieval sources measured (figures go stale with them)."""
+    from memstrata.memory import retrieval as retrieval_mod
+    from memstrata.memory import store as store_mod
+
+    return {
+        Path(m.__file__).name: hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest()[:12]
+        for m in (store_mod, retrieval_mod)
+        if m.__file__
+    }
 
 
 def _size_keys(doc: dict[str, Any]) -> list[str]:
