@@ -25,6 +25,12 @@ def as_utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def with_caption(text: str, metadata: dict[str, Any]) -> str:
+    """A turn's text with its image caption, if it shared one (how turns are shown)."""
+    caption = metadata.get("blip_caption")
+    return f"{text} [shares a photo: {caption}]" if caption else text
+
+
 UTCDateTime = Annotated[datetime, AfterValidator(as_utc)]
 """A datetime stored as aware UTC; naive input is taken as UTC."""
 
@@ -79,9 +85,7 @@ class Turn(_Model):
 
     def search_text(self) -> str:
         """The text that is indexed: speaker, utterance and any image caption."""
-        caption = self.metadata.get("blip_caption")
-        tail = f" [shares a photo: {caption}]" if caption else ""
-        return f"{self.speaker}: {self.text}{tail}"
+        return f"{self.speaker}: {with_caption(self.text, self.metadata)}"
 
 
 class Item(_Model):

@@ -28,7 +28,7 @@ from rapidfuzz import fuzz, process
 
 from . import text as textmod
 from .embed import Embedder
-from .models import Hit
+from .models import Hit, with_caption
 from .query import QueryAnalysis, analyse
 from .store import Filters, Store, node_type
 
@@ -243,10 +243,7 @@ def _top_cosine(
 
 
 def _hit(node_id: str, score: float, row: dict[str, Any]) -> Hit:
-    text = row["text"]
-    caption = json.loads(row.get("metadata") or "{}").get("blip_caption")
-    if caption:
-        text = f"{text} [shares a photo: {caption}]"
+    text = with_caption(row["text"], json.loads(row.get("metadata") or "{}"))
     return Hit(
         id=node_id, node=node_type(node_id), kind=row["kind"], text=text, score=score,  # type: ignore[arg-type]
         speaker=row.get("speaker"), conversation_id=row.get("conversation_id"),

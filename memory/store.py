@@ -18,6 +18,7 @@ import json
 import sqlite3
 import threading
 import uuid
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -28,7 +29,17 @@ import numpy as np
 import sqlite_utils
 
 from . import text as textmod
-from .models import ITEM_ADAPTER, Conversation, Edge, Item, Session, Turn, as_utc, utcnow
+from .models import (
+    ITEM_ADAPTER,
+    Conversation,
+    Edge,
+    Item,
+    Session,
+    Turn,
+    as_utc,
+    utcnow,
+    with_caption,
+)
 from .schema import migrate
 
 TURN_PREFIX, ITEM_PREFIX = "t_", "i_"
@@ -188,10 +199,10 @@ class Store:
         self._cache[key] = (version, value)
         return value
 
-    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self.conn.execute(sql, args)
         cols = [c[0] for c in cur.description or ()]
-        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]  # type: ignore[misc]
+        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
     # -- conversations, sessions, turns -------------------------------------------------
 
@@ -285,7 +296,9 @@ class Store:
         limit: int | None = None,
     ) -> list[Turn]:
         """A tenant's turns in conversation order, optionally by conversation or ids."""
-        sql, args = "SELECT * FROM turns WHERE user_id = ?", [user_id]
+        # With ids, "+user_id" keeps the planner on the unique id index (see nodes()).
+        tenant = "user_id" if ids is None else "+user_id"
+        sql, args = f"SELECT * FROM turns WHERE {tenant} = ?", [user_id]
         if conversation_id is not None:
             sql += " AND conversation_id = ?"
             args.append(conversation_id)
@@ -322,11 +335,7 @@ class Store:
                     " conversation_id = ? AND session_id = ? AND seq < ? ORDER BY seq DESC"
                     " LIMIT 1", (t.user_id, t.conversation_id, t.session_id, t.seq),
                 ).fetchone()
-                out.append(
-                    Turn(user_id=t.user_id, conversation_id="", session_id="", turn_id="", seq=0,
-                         speaker=row[0], text=row[1], metadata=json.loads(row[2])).search_text()
-                    if row else ""
-                )
+                out.append(f"{row[0]}: {with_caption(row[1], json.loads(row[2]))}" if row else "")
             last[key] = (t.seq, t.search_text())
         return out
 
@@ -663,13 +672,25 @@ class Store:
         table, fts = ("turns", "turns_fts") if node == "turn" else ("items", "items_fts")
         rank = f"bm25(turns_fts, 0.0, 1.0, {float(context_weight)})" if node == "turn" else (
             "bm25(items_fts, 0.0, 1.0)")
-        where, args = (filters or Filters()).sql(node, "t")
-        sql = (
-            f"SELECT t.id, {rank} AS s FROM {fts} JOIN {table} t"
-            f" ON t.rowid = {fts}.rowid WHERE {fts} MATCH ? AND t.user_id = ?{where}"
-            " ORDER BY s LIMIT ?"
-        )
-        return [(i, -s) for i, s in self.conn.execute(sql, [match, user_id, *args, k])]
+        filters = filters or Filters()
+        if filters.active():
+            # Filters can reject any of the best matches: rank all matches that pass them.
+            where, args = filters.sql(node, "t")
+            sql = (
+                f"SELECT t.id, {rank} AS s FROM {fts} JOIN {table} t ON t.rowid = {fts}.rowid"
+                f" WHERE {fts} MATCH ? AND t.user_id = ?{where} ORDER BY s LIMIT ?"
+            )
+            rows = self.conn.execute(sql, [match, user_id, *args, k])
+        else:
+            # Rank inside FTS5 and join only the k winners: measured ~40% faster at 1M rows
+            # than ranking the join. The MATCH already holds the tenant; the join checks again.
+            sql = (
+                f"SELECT t.id, m.s FROM (SELECT rowid, {rank} AS s FROM {fts}"
+                f" WHERE {fts} MATCH ? ORDER BY s LIMIT ?) m JOIN {table} t"
+                " ON t.rowid = m.rowid WHERE t.user_id = ? ORDER BY m.s"
+            )
+            rows = self.conn.execute(sql, [match, k, user_id])
+        return [(i, -s) for i, s in rows]
 
     def allowed_ids(self, user_id: str, filters: Filters) -> set[str]:
         """Ids of the tenant's turns and items that pass ``filters``."""
@@ -692,16 +713,27 @@ class Store:
         ])
 
     def items_with_tags(self, user_id: str, tags: Sequence[str], limit: int) -> list[str]:
-        """Ids of the tenant's items carrying any of ``tags``, most tags matched first."""
-        if not tags:
+        """Ids of the tenant's items carrying any of ``tags``: most tags matched, then newest.
+
+        Only the newest ``limit`` items of each tag are considered: they come straight off
+        the primary key, where grouping every item of a common tag took ~240 ms (p95) at
+        1M items. An older item matching several tags can therefore be missed.
+        """
+        counts: dict[int, int] = defaultdict(int)
+        for tag in tags:
+            for (rowid,) in self.conn.execute(
+                "SELECT item_rowid FROM item_tags WHERE user_id = ? AND tag = ?"
+                " ORDER BY item_rowid DESC LIMIT ?", (user_id, tag, limit),
+            ):
+                counts[rowid] += 1
+        best = sorted(counts, key=lambda r: (counts[r], r), reverse=True)[:limit]
+        if not best:
             return []
-        rows = self.conn.execute(
-            f"SELECT i.id FROM item_tags g JOIN items i ON i.rowid = g.item_rowid"
-            f" WHERE g.user_id = ? AND i.user_id = ? AND g.tag IN ({','.join('?' * len(tags))})"
-            " GROUP BY i.id ORDER BY count(*) DESC, max(i.rowid) DESC LIMIT ?",
-            [user_id, user_id, *tags, limit],
-        )
-        return [r[0] for r in rows]
+        found = dict(self.conn.execute(
+            f"SELECT rowid, id FROM items WHERE rowid IN ({','.join('?' * len(best))})"
+            " AND +user_id = ?", [*best, user_id],  # "+": stay on the rowid, see nodes()
+        ).fetchall())
+        return [found[r] for r in best if r in found]
 
     def nodes(
         self, user_id: str, node_ids: Sequence[str], *, text: bool = True
