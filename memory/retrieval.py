@@ -42,7 +42,9 @@ class SearchWeights(BaseModel):
         0.5, ge=0, description="lexical + dense restricted to the speakers the query names"
     )
     tags: float = Field(0.5, ge=0, description="fuzzy match of query words to item tags")
-    context: float = Field(0.7, ge=0, description="bm25 weight of the turn before a turn")
+    context: float = Field(
+        0.5, ge=0, description="bm25 weight of the turns just before and after a turn"
+    )
     speaker_boost: float = Field(0.3, ge=0, description="x(1+w) for hits by a named speaker")
     time_boost: float = Field(0.5, ge=0, description="x(1+w) for hits inside a named time span")
     recency: float = Field(

@@ -7,9 +7,9 @@ the database at a recorded version. New versions are appended; old ones never ch
 Times are ISO-8601 UTC text (``2023-05-08T13:56:00+00:00``), so they sort as strings.
 The FTS5 tables hold *normalised* text (see ``text.py``) and a per-tenant token, so the
 tenant filter runs inside the full-text engine and bm25 ranks only that tenant's rows.
-A turn's ``context`` column holds the turn before it in the same session: an answer
-("I loved Becoming Nicole") rarely repeats the words of the question that prompted it
-("Which book do you recommend?"), and bm25 weighs that column down, not out.
+A turn's ``context`` column holds the turns just before and after it in its session:
+an answer ("I loved Becoming Nicole") rarely repeats the words of the question that
+prompted it ("Which book do you recommend?"), and bm25 weighs that column down, not out.
 """
 
 from __future__ import annotations

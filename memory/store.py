@@ -275,16 +275,7 @@ class Store:
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 rows,
             )
-            rowids = self._rowids("turns", ids)
-            previous = self._previous_texts(turns)
-            self.conn.executemany(
-                "INSERT INTO turns_fts (rowid, tenant, body, context) VALUES (?,?,?,?)",
-                [
-                    (rowids[i], tenant_token(t.user_id), textmod.index_text(t.search_text()),
-                     textmod.index_text(prev))
-                    for i, t, prev in zip(ids, turns, previous, strict=True)
-                ],
-            )
+            self._index_turns(turns, set(ids))
         return ids
 
     def turns(
@@ -309,6 +300,50 @@ class Store:
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         return [self._turn(r) for r in self._q(sql, args)]
+
+    def _index_turns(self, turns: Sequence[Turn], new_ids: set[str]) -> None:
+        """Write the FTS rows of new turns and refresh their stored neighbours' context.
+
+        A turn's ``context`` column holds the turns just before and after it in its
+        session (the question that prompted an answer, the answer a question got). A new
+        turn changes the context of the stored turn on either side of it, so each touched
+        session is read from two turns before the new ones to two turns after.
+        """
+        groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+        for t in turns:
+            groups[(t.user_id, t.conversation_id, t.session_id)].append(t.seq)
+        inserts, updates = [], []
+        for (user, conv, session), seqs in groups.items():
+            lo, hi = min(seqs), max(seqs)
+            same = "user_id = ? AND conversation_id = ? AND session_id = ?"
+            key = (user, conv, session)
+            window = self.conn.execute(
+                f"SELECT rowid, id, seq, speaker, text, metadata FROM turns WHERE {same}"
+                f" AND seq BETWEEN coalesce((SELECT min(seq) FROM (SELECT seq FROM turns"
+                f" WHERE {same} AND seq < ? ORDER BY seq DESC LIMIT 2)), ?)"
+                f" AND coalesce((SELECT max(seq) FROM (SELECT seq FROM turns"
+                f" WHERE {same} AND seq > ? ORDER BY seq LIMIT 2)), ?) ORDER BY seq",
+                (*key, *key, lo, lo, *key, hi, hi),
+            ).fetchall()
+            texts = [f"{r[3]}: {with_caption(r[4], json.loads(r[5]))}" for r in window]
+            before = [n for n, r in enumerate(window) if r[2] < lo]
+            after = [n for n, r in enumerate(window) if r[2] > hi]
+            touched = [n for n, r in enumerate(window) if lo <= r[2] <= hi]
+            touched += before[-1:] + after[:1]  # the stored turn on either side
+            prefix = tenant_token(user)
+            for n in touched:
+                rowid, node_id = window[n][0], window[n][1]
+                context = textmod.index_text(
+                    " ".join(texts[m] for m in (n - 1, n + 1) if 0 <= m < len(window))
+                )
+                if node_id in new_ids:
+                    inserts.append((rowid, prefix, textmod.index_text(texts[n]), context))
+                else:
+                    updates.append((context, rowid))
+        self.conn.executemany(
+            "INSERT INTO turns_fts (rowid, tenant, body, context) VALUES (?,?,?,?)", inserts
+        )
+        self.conn.executemany("UPDATE turns_fts SET context = ? WHERE rowid = ?", updates)
 
     def contextual_texts(self, turns: Sequence[Turn]) -> list[str]:
         """What to embed for each turn: the turn before it in its session, then the turn.
@@ -337,15 +372,6 @@ class Store:
                 ).fetchone()
                 out.append(f"{row[0]}: {with_caption(row[1], json.loads(row[2]))}" if row else "")
             last[key] = (t.seq, t.search_text())
-        return out
-
-    def _rowids(self, table: str, ids: Sequence[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
-            marks = ",".join("?" * len(chunk))
-            out.update(self.conn.execute(
-                f"SELECT id, rowid FROM {table} WHERE id IN ({marks})", list(chunk)
-            ).fetchall())
         return out
 
     @staticmethod

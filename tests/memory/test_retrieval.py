@@ -216,3 +216,21 @@ def test_k_limits_and_speakers_listing(store: Store) -> None:
     assert store.speakers(U) == ["Caroline", "Melanie", "Yan", "Zoe"]
     assert len(Retriever(store).search(U, "Caroline Melanie", k=2)) == 2
     assert Retriever(store).search(U, "Caroline", k=-1) == []
+
+
+def test_turn_context_holds_both_neighbours_and_is_refreshed_by_later_turns(store: Store) -> None:
+    """A question turn is found by words of the answer that arrives in a later add."""
+
+    def turn(seq: int, speaker: str, text: str) -> Turn:
+        return Turn(user_id=U, conversation_id="c", session_id="s1", turn_id=f"D1:{seq}",
+                    seq=seq, speaker=speaker, text=text)
+
+    store.add_turns([turn(0, "Ann", "Which book would you recommend to me?")])
+    weights = SearchWeights(graph=0, dense=0, speaker_channels=0)
+    assert Retriever(store, weights=weights).search(U, "Nicole", k=5) == []
+    store.add_turns([turn(1, "Bob", "Becoming Nicole, without a doubt.")])
+    found = [h.turn_id for h in Retriever(store, weights=weights).search(U, "Nicole", k=5)]
+    assert found == ["D1:1", "D1:0"]  # the answer itself first, then the question beside it
+    store.add_turns([turn(2, "Ann", "Thanks, I will read it.")])
+    found = [h.turn_id for h in Retriever(store, weights=weights).search(U, "Nicole", k=5)]
+    assert found[0] == "D1:1" and set(found) == {"D1:0", "D1:1", "D1:2"}
