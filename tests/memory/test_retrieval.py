@@ -234,3 +234,20 @@ def test_turn_context_holds_both_neighbours_and_is_refreshed_by_later_turns(stor
     store.add_turns([turn(2, "Ann", "Thanks, I will read it.")])
     found = [h.turn_id for h in Retriever(store, weights=weights).search(U, "Nicole", k=5)]
     assert found[0] == "D1:1" and set(found) == {"D1:0", "D1:1", "D1:2"}
+
+
+def test_feedback_finds_an_instance_the_question_only_names_by_category(store: Store) -> None:
+    """"hobbies" never appears beside "kiln", but the top hits for it share "pottery"."""
+    texts = ["my hobbies are pottery and hiking", "hobbies? pottery, always pottery",
+             "spent the weekend firing pottery in the kiln", "the tax office called again"]
+    store.add_turns([
+        Turn(user_id=U, conversation_id="c", session_id=f"s{n}", turn_id=f"D{n}:1", seq=n,
+             speaker="Ann", text=text)
+        for n, text in enumerate(texts)
+    ])
+    off = SearchWeights(graph=0, dense=0, speaker_channels=0, feedback=0)
+    on = off.model_copy(update={"feedback": 0.8})
+    assert "D2:1" not in [h.turn_id for h in Retriever(store, weights=off).search(U, "hobbies")]
+    found = [h.turn_id for h in Retriever(store, weights=on).search(U, "hobbies")]
+    assert found[:2] == ["D0:1", "D1:1"] or found[:2] == ["D1:1", "D0:1"]
+    assert "D2:1" in found and "D3:1" not in found
