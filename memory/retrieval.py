@@ -104,39 +104,10 @@ class Retriever:
         rankings: list[tuple[float, list[tuple[str, float]]]] = []
 
         for node in nodes:
-            if w.lexical:
-                hits = self.store.lexical(user_id, qa.tokens, node=node, k=w.pool, filters=filters,
-                                           context_weight=w.context)
-                rankings.append((w.lexical, hits))
-                extra = self._feedback_terms(user_id, [i for i, _ in hits[: w.feedback_docs]],
-                                             qa) if w.feedback and hits else []
-                if extra:
-                    rankings.append((w.feedback, self.store.lexical(
-                        user_id, qa.content_tokens + extra, node=node, k=w.pool,
-                        filters=filters, context_weight=w.context)))
-            if w.speaker_channels and qa.speakers and node == "turn":
-                for name in qa.speakers:
-                    narrowed = Filters(
-                        kinds=filters.kinds, speaker=name, conversation_id=filters.conversation_id,
-                        start=filters.start, end=filters.end,
-                    )
-                    hits = self.store.lexical(user_id, qa.content_tokens, node=node, k=w.pool,
-                                              filters=narrowed, context_weight=w.context)
-                    rankings.append((w.speaker_channels, hits))
-
+            rankings += self._lexical_channels(user_id, qa, node, filters)
         query_vec = self._query_vector(query) if (w.dense or w.speaker_channels) else None
         if query_vec is not None:
-            ids, matrix = self.store.vectors(user_id, self.embedder.name)  # type: ignore[union-attr]
-            if len(ids) and w.dense:
-                rankings.append((w.dense, _top_cosine(ids, matrix, query_vec, w.pool,
-                                                       allowed, nodes)))
-            if len(ids) and w.speaker_channels and qa.speakers and "turn" in nodes:
-                speakers = self.store.vector_speakers(user_id, self.embedder.name)  # type: ignore[union-attr]
-                for name in qa.speakers:
-                    rankings.append((w.speaker_channels, _top_cosine(
-                        ids, matrix, query_vec, w.pool, allowed, ("turn",),
-                        rows=np.flatnonzero(speakers == name),
-                    )))
+            rankings += self._dense_channels(user_id, qa, query_vec, allowed, nodes)
         if w.tags and "item" in nodes:
             rankings.append((w.tags, self._tag_channel(user_id, qa, allowed)))
 
@@ -152,6 +123,53 @@ class Retriever:
         return [_hit(node_id, score, info[node_id]) for node_id, score in top if node_id in info]
 
     # -- channels -------------------------------------------------------------------------
+
+    def _lexical_channels(self, user_id: str, qa: QueryAnalysis, node: str, filters: Filters
+                          ) -> list[tuple[float, list[tuple[str, float]]]]:
+        """bm25, its feedback re-run, and bm25 within each named speaker's turns."""
+        w = self.weights
+        out: list[tuple[float, list[tuple[str, float]]]] = []
+        if w.lexical:
+            hits = self.store.lexical(user_id, qa.tokens, node=node, k=w.pool, filters=filters,
+                                       context_weight=w.context)
+            out.append((w.lexical, hits))
+            top = [i for i, _ in hits[: w.feedback_docs]]
+            extra = self._feedback_terms(user_id, top, qa) if w.feedback and hits else []
+            if extra:
+                out.append((w.feedback, self.store.lexical(
+                    user_id, qa.content_tokens + extra, node=node, k=w.pool, filters=filters,
+                    context_weight=w.context)))
+        if w.speaker_channels and node == "turn":
+            for name in qa.speakers:
+                narrowed = Filters(
+                    kinds=filters.kinds, speaker=name, conversation_id=filters.conversation_id,
+                    start=filters.start, end=filters.end,
+                )
+                out.append((w.speaker_channels, self.store.lexical(
+                    user_id, qa.content_tokens, node=node, k=w.pool, filters=narrowed,
+                    context_weight=w.context)))
+        return out
+
+    def _dense_channels(self, user_id: str, qa: QueryAnalysis, query_vec: np.ndarray,
+                        allowed: set[str] | None, nodes: Sequence[str]
+                        ) -> list[tuple[float, list[tuple[str, float]]]]:
+        """Cosine over all the tenant's vectors, and within each named speaker's turns."""
+        w = self.weights
+        name = self.embedder.name  # type: ignore[union-attr]
+        ids, matrix = self.store.vectors(user_id, name)
+        if not len(ids):
+            return []
+        out = []
+        if w.dense:
+            out.append((w.dense, _top_cosine(ids, matrix, query_vec, w.pool, allowed, nodes)))
+        if w.speaker_channels and qa.speakers and "turn" in nodes:
+            speakers = self.store.vector_speakers(user_id, name)
+            for person in qa.speakers:
+                out.append((w.speaker_channels, _top_cosine(
+                    ids, matrix, query_vec, w.pool, allowed, ("turn",),
+                    rows=np.flatnonzero(speakers == person),
+                )))
+        return out
 
     def _query_vector(self, query: str) -> np.ndarray | None:
         if self.embedder is None or not query.strip():
