@@ -205,8 +205,9 @@ class Retriever:
             for term in set(textmod.tokens(row["text"])):
                 seen[term] += 1
         skip = set(qa.tokens) | names
+        # Ties broken by the term itself: set order varies with Python's hash seed.
         ranked = sorted((t for t, n in seen.items() if n >= 2 and t not in skip),
-                        key=lambda t: -seen[t])
+                        key=lambda t: (-seen[t], t))
         return ranked[:5]
 
     # -- priors and expansion -------------------------------------------------------------
