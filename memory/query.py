@@ -135,3 +135,60 @@ def analyse(question: str, known_speakers: list[str], now: datetime | None = Non
         end=span[1] if span else None,
         temporal=bool(_TEMPORAL.search(question)),
     )
+
+
+_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_SPOKEN_TIME = re.compile(
+    rf"\b(yesterday|tomorrow|today|tonight|last\s+(?:night|week|weekend|month|year|{_WEEKDAYS})|"
+    rf"this\s+(?:week|weekend|month|year)|next\s+(?:week|weekend|month|year|{_WEEKDAYS})|"
+    r"(\d+|a|an|one|two|three|four|five|six)\s+(day|week|weekend|month|year)s?\s+ago)\b",
+    re.I,
+)
+
+
+def _day(when: datetime) -> str:
+    return f"{when.day} {when:%B %Y}"
+
+
+def _spoken_time(m: re.Match[str], when: datetime) -> str | None:
+    phrase = " ".join(m[1].lower().split())
+    anchor = _day(when)
+    if phrase in ("today", "tonight", "last night"):
+        return _day(when - timedelta(days=1)) if phrase == "last night" else anchor
+    if phrase in ("yesterday", "tomorrow"):
+        return _day(when + timedelta(days=-1 if phrase == "yesterday" else 1))
+    if m[2]:
+        plural = "" if m[2].lower() in ("a", "an", "one", "1") else "s"
+        return f"{m[2]} {m[3].lower()}{plural} before {anchor}"
+    which, unit = phrase.split()
+    if unit == "month":
+        year, month0 = divmod(when.year * 12 + when.month - 1
+                              + {"last": -1, "this": 0, "next": 1}[which], 12)
+        return f"{calendar.month_name[month0 + 1]} {year}"
+    if unit == "year":
+        return str(when.year + {"last": -1, "this": 0, "next": 1}[which])
+    if which == "this":
+        return f"the {unit} of {anchor}"
+    return f"the {unit} {'before' if which == 'last' else 'after'} {anchor}"
+
+
+def annotate_times(text: str, when: datetime | None) -> str:
+    """``text`` with each relative time phrase followed by what it meant on ``when``.
+
+    Relative phrases ("yesterday", "last week", "two days ago", "next month") are read
+    against the date the words were said; absolute dates pass through unchanged. The
+    resolution is written in the style of LoCoMo's own answer key ("the week before
+    9 June 2023"), which is how a person would restate it.
+
+    Example:
+        >>> annotate_times("I ran a race last Saturday.", datetime(2023, 5, 8))
+        'I ran a race last Saturday [the saturday before 8 May 2023].'
+    """
+    if when is None:
+        return text
+
+    def note(m: re.Match[str]) -> str:
+        resolved = _spoken_time(m, when)
+        return f"{m[0]} [{resolved}]" if resolved else m[0]
+
+    return _SPOKEN_TIME.sub(note, text)

@@ -37,6 +37,14 @@ def _weights(raw: str | None):
         ) from None
 
 
+def _audit(args: argparse.Namespace) -> str | Path | None:
+    # The audit file sits beside the data as <data>_audit_errors.json unless named.
+    if args.audit is not None:
+        return args.audit
+    beside = Path(args.data).with_name(Path(args.data).stem + "_audit_errors.json")
+    return beside if beside.exists() else None
+
+
 def cmd_load(args: argparse.Namespace) -> int:
     """Load a LoCoMo-format file into a store, each conversation its own tenant."""
     from tqdm import tqdm
@@ -91,16 +99,53 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
     from memstrata.bench.report import retrieval_table, write_retrieval_outputs
     from memstrata.bench.retrieval import run_retrieval_bench
 
-    audit = args.audit
-    if audit is None:
-        beside = Path(args.data).with_name(Path(args.data).stem + "_audit_errors.json")
-        audit = beside if beside.exists() else None
     doc = run_retrieval_bench(
-        args.data, audit=audit, embedder=_embedder(not args.no_dense),
+        args.data, audit=_audit(args), embedder=_embedder(not args.no_dense),
         weights=_weights(args.weights), db_path=args.db, limit=args.limit,
     )
     paths = write_retrieval_outputs(doc, args.out)
     print(retrieval_table(doc))
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def _csv(raw: str | None, what: str, cast: type = str) -> list | None:
+    if not raw:
+        return None
+    try:
+        return [cast(x.strip()) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"memstrata: {what} must be a comma-separated list, got {raw!r}") from None
+
+
+def cmd_bench_locomo(args: argparse.Namespace) -> int:
+    """LoCoMo question answering: memstrata against no memory, full context and naive RAG,
+    all on the same model in one run (F1, EM, BLEU-1, optional LLM judge, abstention, cost).
+    Answers are cached in --out, so an interrupted run resumes where it stopped."""
+    from memstrata.bench.qa import SYSTEMS, QASettings, run_locomo_bench
+    from memstrata.bench.qa_report import locomo_table, write_locomo_outputs
+    from memstrata.programs import setup_lm
+
+    systems = tuple(_csv(args.systems, "--systems") or SYSTEMS)
+    if unknown := set(systems) - set(SYSTEMS):
+        raise SystemExit(f"memstrata: unknown system(s) {sorted(unknown)}; choose from "
+                         f"{', '.join(SYSTEMS)}")
+    convs = _csv(args.conversations, "--conversations")
+    cats = _csv(args.categories, "--categories", int)
+    if cats and not set(cats) <= {1, 2, 3, 4, 5}:
+        raise SystemExit("memstrata: --categories are LoCoMo's 1-5")
+    handle = setup_lm(args.lm, api_base=args.api_base, n_ctx=args.n_ctx)
+    judge = setup_lm(args.judge, api_base=args.judge_api_base) if args.judge else None
+    try:
+        doc = run_locomo_bench(
+            args.data, handle, args.out, audit=_audit(args), judge=judge, systems=systems,
+            settings=QASettings(budget=args.budget), embedder=_embedder(not args.no_dense),
+            weights=_weights(args.weights), conversations=set(convs) if convs else None,
+            categories=set(cats) if cats else None, limit=args.limit)
+    except ValueError as exc:
+        raise SystemExit(f"memstrata: {exc}") from None
+    paths = write_locomo_outputs(doc, args.out)
+    print(locomo_table(doc))
     print("wrote " + ", ".join(map(str, paths)))
     return 0
 
@@ -159,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="one tenant only")
     p.set_defaults(func=cmd_stats)
 
-    bench = sub.add_parser("bench", help="benchmarks (retrieval, scale)",
+    bench = sub.add_parser("bench", help="benchmarks (retrieval, locomo, scale)",
                            description="Benchmarks; each writes JSON and a PNG chart to --out.")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
 
@@ -176,6 +221,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no embedding model: skip the dense channel and the 'dense' system")
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
     p.set_defaults(func=cmd_bench_retrieval)
+
+    p = bsub.add_parser("locomo", help="LoCoMo question answering, four systems, one model",
+                        description=cmd_bench_locomo.__doc__)
+    p.add_argument("--data", default=str(_SHARED / "locomo_dev.json"),
+                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
+    p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
+                   "beside --data, if present)")
+    p.add_argument("--lm", default="local/smollm2",
+                   help="the answering model: local/smollm2 (embedded, offline; default), "
+                   "local/PATH.gguf, or any litellm provider/model, e.g. openai/gpt-4o-mini "
+                   "(keys from the environment)")
+    p.add_argument("--api-base", help="server address for --lm (Ollama, vLLM, llama.cpp)")
+    p.add_argument("--judge", help="model for LLM-as-judge accuracy (same forms as --lm); "
+                   "without it the judge columns are null")
+    p.add_argument("--judge-api-base", help="server address for --judge")
+    p.add_argument("--limit", type=int, help="at most N questions, spread evenly over "
+                   "conversations and categories (quick runs)")
+    p.add_argument("--conversations", help="comma-separated sample ids, e.g. conv-26,conv-30")
+    p.add_argument("--categories", help="comma-separated categories 1-5")
+    p.add_argument("--systems", help="comma-separated subset of memstrata, naive_rag, "
+                   "no_memory, full_context (default: all four)")
+    p.add_argument("--budget", type=int, default=550,
+                   help="memory tokens packed per question (default 550)")
+    p.add_argument("--n-ctx", type=int, default=8192,
+                   help="context window of a local model in tokens (default 8192)")
+    p.add_argument("--out", default="out", help="output folder and answer cache (default ./out)")
+    p.add_argument("--no-dense", action="store_true", help="memstrata without embeddings")
+    p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
+    p.set_defaults(func=cmd_bench_locomo)
 
     p = bsub.add_parser("scale", help="ingest rate and search latency at 10k-1M items",
                         description=cmd_bench_scale.__doc__)

@@ -1,5 +1,8 @@
-"""Per-layer packers with explicit budgets, and the ContextBuilder.
+"""Packers: what enters a prompt, bounded by an explicit token budget.
 
-Empty until the models issue lands: the package exists so the layout and namespace are
-fixed from the first release.
+``pack`` turns retrieved memories into one block of provenance-tagged lines.
 """
+
+from .lines import MemoryLine, PackedContext, TokenCounter, from_hits, pack, render
+
+__all__ = ["MemoryLine", "PackedContext", "TokenCounter", "from_hits", "pack", "render"]

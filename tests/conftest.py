@@ -138,3 +138,71 @@ def write_json(tmp_path: Path) -> Callable[[str, Any], Path]:
         return path
 
     return write
+
+
+class ScriptedEngine:
+    """A DSPy engine that answers from a Python function: deterministic, offline, instant.
+
+    ``reply(system, user, schema)`` returns the output fields as a dict (sent as JSON) or
+    raw text. Requests are kept in ``requests``; usage counts words, so token figures
+    are non-zero and checkable. Set ``fail_after`` to raise ``KeyboardInterrupt`` on a
+    later call (a simulated interruption).
+    """
+
+    supports_response_schema = True
+    supported_params = frozenset({"temperature", "max_tokens", "response_format", "seed"})
+    n_ctx = 4096
+
+    def __init__(self, reply: Callable[[str, str, dict[str, Any] | None], Any]) -> None:
+        self.reply = reply
+        self.requests: list[Any] = []
+        self.fail_after: int | None = None
+
+    def count_tokens(self, text: str) -> int:
+        """Words and punctuation marks, a stand-in tokenizer."""
+        return len(re.findall(r"\w+|[^\w\s]", text))
+
+    def complete(self, request: Any) -> Any:
+        """One scripted response."""
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        if self.fail_after is not None and len(self.requests) >= self.fail_after:
+            raise KeyboardInterrupt
+        self.requests.append(request)
+        system = request.system if isinstance(request.system, str) else "".join(
+            p.text for p in request.system or ())
+        user = "\n".join(m.text or "" for m in request.messages)
+        fmt = request.config.response_format
+        out = self.reply(system, user, fmt.get("schema") if fmt else None)
+        text = out if isinstance(out, str) else json.dumps(out)
+        return Response(id=None, model="scripted", message=Message.assistant([TextPart(text)]),
+                        finish_reason="stop",
+                        usage=Usage(input_tokens=self.count_tokens(system + user),
+                                    output_tokens=self.count_tokens(text)))
+
+    def stream(self, request: Any) -> Any:
+        """The response as events."""
+        from dspy.lm15 import response_to_events
+
+        return response_to_events(self.complete(request))
+
+    def close(self) -> None:
+        """Nothing to free."""
+
+
+def field(user: str, name: str) -> str:
+    """The value of input field ``name`` in a user message (``Label: value`` blocks)."""
+    label = re.escape(name.replace("_", " ").capitalize())
+    m = re.search(rf"(?:^|\n\n){label}:[ \n](.*?)(?=\n\n[A-Z][a-z ]*:[ \n]|\Z)", user, re.S)
+    return m[1].strip() if m else ""
+
+
+@pytest.fixture
+def scripted() -> Callable[..., Any]:
+    """Build a metered ``ModelHandle`` over a ``ScriptedEngine`` with a reply function."""
+    from memstrata.programs import setup_lm
+
+    def make(reply: Callable[[str, str, dict[str, Any] | None], Any], name: str = "local/scripted"):
+        return setup_lm(name, engine=ScriptedEngine(reply))
+
+    return make

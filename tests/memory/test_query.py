@@ -172,3 +172,20 @@ def test_tokens_never_contain_stop_words_spaces_or_uppercase(text: str) -> None:
     assert len(toks) <= len(words(text))
     unstemmed = [w.replace("'", "") for w in words(text)]
     assert all(w in STOP_WORDS or not w for w in words(text)) is (toks == [] and all(unstemmed))
+
+
+def test_annotate_times_resolves_relative_phrases_against_the_date() -> None:
+    from memstrata.memory.query import annotate_times
+
+    when = datetime(2023, 1, 8)
+    assert annotate_times("yesterday", when) == "yesterday [7 January 2023]"
+    assert annotate_times("last week", when) == "last week [the week before 8 January 2023]"
+    assert annotate_times("last month", when) == "last month [December 2022]"
+    assert annotate_times("next month", datetime(2023, 12, 3)) == "next month [January 2024]"
+    assert annotate_times("last year", when) == "last year [2022]"
+    assert annotate_times("two weeks ago", when) == (
+        "two weeks ago [two weeks before 8 January 2023]")
+    assert annotate_times("a day ago", when) == "a day ago [a day before 8 January 2023]"
+    assert annotate_times("last Friday", when) == "last Friday [the friday before 8 January 2023]"
+    assert annotate_times("on 3 May 2022", when) == "on 3 May 2022"
+    assert annotate_times("yesterday", None) == "yesterday"

@@ -1,0 +1,318 @@
+"""``memstrata bench locomo``: LoCoMo question answering, four systems, one model, one run.
+
+Every system answers with the same ``QA`` program on the same LM; only the memories
+differ:
+
+* ``no_memory``: none (how much the model guesses, or abstains, on its own);
+* ``full_context``: the whole conversation, cut to the model's window (the most recent
+  turns are kept; the report says how much was cut);
+* ``naive_rag``: rank-bm25 top-k raw turns, no other processing;
+* ``memstrata``: hybrid retrieval and the line packer (dedup, resolved dates, budget).
+
+Answers are cached per system, model, question and settings in ``answers.jsonl`` beside
+the results, so an interrupted run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any
+
+import dspy
+from memstrata.memory import Embedder, Retriever, SearchWeights, Store
+from memstrata.packers import MemoryLine, from_hits, pack, render
+from memstrata.programs import QA, ModelHandle, ProgramParseError
+from memstrata.programs.judge import AnswerJudge
+from memstrata.programs.qa import is_abstention
+from pydantic import BaseModel
+from tqdm import tqdm
+
+from .baselines import TOKENIZERS, BM25Index
+from .locomo import LoCoMoConversation, Question, apply_audit, load_locomo, read_locomo
+from .qa_scores import summarise
+
+SYSTEMS = ("memstrata", "naive_rag", "no_memory", "full_context")
+NO_MEMORIES = "(no memories)"
+
+
+class QASettings(BaseModel):
+    """The knobs of a run; any change starts a fresh cache key."""
+
+    budget: int = 550
+    """Tokens of memories packed for ``memstrata`` and ``naive_rag``."""
+    retrieve_k: int = 40
+    """Hits memstrata retrieves before packing (the packer keeps what fits)."""
+    naive_k: int = 10
+    """Turns naive RAG takes (then cut to the same budget)."""
+    reserve: int = 500
+    """Tokens kept free in the window for the prompt scaffold, question and answer."""
+
+
+class Answer(BaseModel):
+    """One system's answer to one question, with its cost (the cached record)."""
+
+    key: str
+    system: str
+    qid: str
+    answer: str
+    evidence: list[str] = []
+    abstained: bool = False
+    error: str | None = None
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0
+    context_tokens: int = 0
+    judge: dict[str, bool] | None = None
+
+
+def _fingerprint(handle: ModelHandle, settings: QASettings) -> str:
+    # The rendered system prompt stands for the program: any change to it re-answers.
+    from memstrata.programs.qa import AnswerFromMemories
+    from memstrata.programs.structured import CompactJSONAdapter
+
+    prompt = CompactJSONAdapter().format_system_message(AnswerFromMemories)
+    blob = json.dumps([handle.name, handle.window, settings.model_dump(), prompt],
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+class AnswerCache:
+    """Append-only JSONL of answers; a torn last line (an interrupted write) is skipped."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.records: dict[str, Answer] = {}
+        if path.exists():
+            text = path.read_text(encoding="utf-8")
+            if text and not text.endswith("\n"):  # close a torn line so appends stay whole
+                with path.open("a", encoding="utf-8") as fh:
+                    fh.write("\n")
+            for line in text.splitlines():
+                try:
+                    record = Answer.model_validate_json(line)
+                except ValueError:
+                    continue
+                self.records[record.key] = record
+
+    def get(self, key: str) -> Answer | None:
+        """The cached answer under ``key``, if any."""
+        return self.records.get(key)
+
+    def put(self, record: Answer) -> None:
+        """Store and append ``record`` (flushed at once, so a kill loses at most one)."""
+        self.records[record.key] = record
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(record.model_dump_json() + "\n")
+            fh.flush()
+
+
+def select_questions(convs: list[LoCoMoConversation], *, categories: set[int] | None,
+                     limit: int | None) -> list[Question]:
+    """Questions to ask: filtered by category, then at most ``limit`` spread evenly.
+
+    The spread takes questions round-robin across conversations and, inside each, across
+    categories (in dataset order), so a small ``--limit`` still sees every conversation
+    and category rather than the first conversation's opening questions.
+    """
+    per_conv: list[list[Question]] = []
+    for conv in convs:
+        by_cat: dict[int, list[Question]] = {}
+        for q in conv.questions:
+            if categories is None or q.category in categories:
+                by_cat.setdefault(q.category, []).append(q)
+        per_conv.append([q for row in zip_longest(*by_cat.values()) for q in row if q])
+    ordered = [q for row in zip_longest(*per_conv) for q in row if q]
+    return ordered[:limit] if limit is not None else ordered
+
+
+def _turn_lines(store: Store, conv: LoCoMoConversation) -> list[MemoryLine]:
+    return [MemoryLine(id=t.turn_id or t.id, text=t.search_text(), speaker=t.speaker,
+                       when=t.event_time)
+            for t in store.turns(conv.sample_id, conversation_id=conv.sample_id)]
+
+
+def _full_context(lines: list[MemoryLine], budget: int, handle: ModelHandle) -> dict[str, Any]:
+    # The longest run of most recent turns that fits, in conversation order, as raw turns.
+    rendered = [render(ln, resolve_times=False) for ln in lines]
+    start, used = len(rendered), 0
+    while start > 0:
+        cost = handle.count_tokens(rendered[start - 1]) + 1  # + the line break
+        if used + cost > budget:
+            break
+        start, used = start - 1, used + cost
+    while start < len(rendered) and handle.count_tokens("\n".join(rendered[start:])) > budget:
+        start += 1  # the block can count a little above its lines' sum
+    return {"text": "\n".join(rendered[start:]), "turns": len(rendered) - start,
+            "of": len(rendered)}
+
+
+def _contexts(store: Store, convs: list[LoCoMoConversation], handle: ModelHandle,
+              settings: QASettings, embedder: Embedder | None,
+              weights: SearchWeights | None) -> tuple[dict[str, Callable[[Question], str]],
+                                                       dict[str, Any]]:
+    retriever = Retriever(store, embedder, weights)
+    lines = {c.sample_id: _turn_lines(store, c) for c in convs}
+    by_id = {sid: {ln.id: ln for ln in ls} for sid, ls in lines.items()}
+    bm25 = {sid: BM25Index([ln.id for ln in ls], [ln.text for ln in ls], TOKENIZERS["bm25_tokens"])
+            for sid, ls in lines.items()}
+    window_budget = max(handle.window - settings.reserve, 0)
+    full: dict[str, dict[str, Any]] = {}
+
+    def memstrata(q: Question) -> str:
+        hits = retriever.search(q.sample_id, q.question, k=settings.retrieve_k, nodes=("turn",))
+        return pack(from_hits(hits), settings.budget, handle.count_tokens).text
+
+    def naive_rag(q: Question) -> str:
+        ids = bm25[q.sample_id].search(q.question, settings.naive_k)
+        chosen = [by_id[q.sample_id][i] for i in ids]
+        return pack(chosen, settings.budget, handle.count_tokens, resolve_times=False,
+                    dedupe=False).text
+
+    def full_context(q: Question) -> str:
+        if q.sample_id not in full:
+            full[q.sample_id] = _full_context(lines[q.sample_id], window_budget, handle)
+        return full[q.sample_id]["text"]
+
+    builders = {"memstrata": memstrata, "naive_rag": naive_rag,
+                "no_memory": lambda q: NO_MEMORIES, "full_context": full_context}
+    return builders, full
+
+
+def _answer(qa: QA, handle: ModelHandle, system: str, key: str, q: Question,
+            context: Callable[[Question], str]) -> Answer:
+    mark = handle.meter.mark()
+    started = time.perf_counter()
+    memories = context(q)
+    context_tokens = handle.count_tokens(memories) if memories != NO_MEMORIES else 0
+    try:
+        with dspy.context(lm=handle.lm):
+            pred = qa(question=q.question, memories=memories)
+        answer, evidence, abstained, error = pred.answer, pred.evidence, pred.abstained, None
+    except ProgramParseError as exc:
+        answer, evidence, abstained, error = "", [], False, str(exc)[:500]
+    usage = handle.meter.since(mark)
+    return Answer(key=key, system=system, qid=q.qid, answer=answer, evidence=evidence,
+                  abstained=abstained or is_abstention(answer), error=error, calls=usage.calls,
+                  input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                  seconds=round(time.perf_counter() - started, 3),
+                  context_tokens=context_tokens)
+
+
+def _judge(judge: AnswerJudge, handle: ModelHandle, q: Question, answer: str,
+           corrected: bool) -> bool | None:
+    gold = q.corrected_answer if corrected and q.corrected_answer else q.answer
+    if q.category == 5 or not gold:
+        return None
+    try:
+        with dspy.context(lm=handle.lm):
+            return bool(judge(question=q.question, gold_answer=str(gold),
+                              generated_answer=answer).correct)
+    except ProgramParseError:
+        return False  # counted against the system, and visible in the judge's meter
+
+
+def _walk(questions: list[Question], systems: tuple[str, ...], progress: bool
+          ) -> Iterator[tuple[Question, str]]:
+    # One system at a time, its questions grouped by conversation: consecutive prompts
+    # then share their longest prefix (for full context, the whole conversation), which
+    # an in-process llama.cpp keeps in its KV cache instead of reading it again.
+    grouped = sorted(questions, key=lambda q: q.sample_id)
+    bar = tqdm(total=len(questions) * len(systems), desc="answer", unit="ans",
+               disable=not progress)
+    with bar:
+        for system in systems:
+            for q in grouped:
+                bar.set_postfix_str(system, refresh=False)
+                yield q, system
+                bar.update()
+
+
+def run_locomo_bench(
+    data: str | Path, handle: ModelHandle, out_dir: str | Path, *,
+    audit: str | Path | None = None, judge: ModelHandle | None = None,
+    systems: tuple[str, ...] = SYSTEMS, settings: QASettings | None = None,
+    embedder: Embedder | None = None, weights: SearchWeights | None = None,
+    conversations: set[str] | None = None, categories: set[int] | None = None,
+    limit: int | None = None, progress: bool = True,
+) -> dict[str, Any]:
+    """Answer, score and cost LoCoMo questions for each system; returns ``locomo.json``.
+
+    Args:
+        data: a LoCoMo-format JSON file.
+        handle: the answering model (``setup_lm``).
+        out_dir: where the answer cache lives (and the caller writes the reports).
+        audit: the audit corrections; without it the corrected key equals the original.
+        judge: a model for LLM-as-judge accuracy; ``None`` leaves ``judge`` null.
+        systems: which of ``SYSTEMS`` to run.
+        settings: budgets and depths (``QASettings``).
+        embedder, weights: memstrata's retrieval (dense channel, fusion knobs).
+        conversations, categories, limit: a subset for quick runs (see ``select_questions``).
+        progress: a progress bar on stderr.
+    """
+    unknown = set(systems) - set(SYSTEMS)
+    if unknown:
+        raise ValueError(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
+    settings = settings or QASettings()
+    convs = read_locomo(data)
+    if conversations:
+        missing = conversations - {c.sample_id for c in convs}
+        if missing:
+            raise ValueError(f"no conversation {sorted(missing)} in {data}")
+        convs = [c for c in convs if c.sample_id in conversations]
+    audited = apply_audit(convs, audit) if audit else 0
+    questions = select_questions(convs, categories=categories, limit=limit)
+    asked = {q.sample_id for q in questions}
+    convs = [c for c in convs if c.sample_id in asked]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = AnswerCache(out / "answers.jsonl")
+    fingerprint = _fingerprint(handle, settings)
+    qa = QA()
+    answer_judge = AnswerJudge()
+    results: dict[str, list[tuple[Question, Answer]]] = {s: [] for s in systems}
+    order = {q.qid: n for n, q in enumerate(questions)}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(Path(tmp) / "locomo.db")
+        load_locomo(store, convs, embedder=embedder)
+        builders, full = _contexts(store, convs, handle, settings, embedder, weights)
+        for q, system in _walk(questions, systems, progress):
+            key = f"{system}|{handle.name}|{q.qid}|{fingerprint}"
+            record = cache.get(key)
+            if record is None:
+                record = _answer(qa, handle, system, key, q, builders[system])
+                cache.put(record)
+            if judge is not None and record.judge is None:
+                verdicts = {"original": _judge(answer_judge, judge, q, record.answer, False),
+                            "corrected": _judge(answer_judge, judge, q, record.answer, True)}
+                if all(v is not None for v in verdicts.values()):
+                    record.judge = {k: bool(v) for k, v in verdicts.items()}
+                    cache.put(record)
+            results[system].append((q, record))
+        for rows in results.values():
+            rows.sort(key=lambda row: order[row[0].qid])
+        for q in questions:  # full-context truncation figures, even on a cached run
+            if "full_context" in systems and q.sample_id not in full:
+                builders["full_context"](q)
+        store.close()
+    return {
+        "benchmark": "locomo-qa",
+        "model": handle.name,
+        "judge_model": judge.name if judge else None,
+        "tokenizer": handle.tokenizer,
+        "window": handle.window,
+        "data": str(data),
+        "audit": str(audit) if audit else None,
+        "audit_entries_applied": audited,
+        "conversations": sorted(asked),
+        "settings": settings.model_dump(),
+        "full_context": {sid: {"turns_kept": v["turns"], "turns_total": v["of"]}
+                         for sid, v in sorted(full.items())},
+        "systems": {s: summarise(rows, judged=judge is not None) for s, rows in results.items()},
+    }

@@ -1,0 +1,141 @@
+"""Reports for ``memstrata bench locomo``: a text table, JSON, markdown and a PNG chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .qa_scores import COLUMNS
+
+CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
+                  "5": "adversarial"}
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _rows(doc: dict[str, Any], metric: str, corrected: bool = False) -> list[list[str]]:
+    rows = []
+    for name, res in doc["systems"].items():
+        block = res["corrected"] if corrected else res
+        values = block.get(metric)
+        if values is None:
+            continue
+        rows.append([name, *(_fmt(values.get(c)) for c in COLUMNS if c in values)])
+    return rows
+
+
+def _cost_rows(doc: dict[str, Any]) -> list[list[str]]:
+    return [[name, str(r["questions"]), _fmt(r["abstention_cat5"]),
+             f"{r['tokens_per_question'] or 0:.0f}", f"{r['context_tokens_per_question'] or 0:.0f}",
+             str(r["llm_calls"]), str(r["parse_failures"]),
+             f"{r['latency_s']['p50']:.2f}", f"{r['latency_s']['p95']:.2f}"]
+            for name, r in doc["systems"].items()]
+
+
+COST_HEADER = ["system", "questions", "abstain cat5", "prompt tok/q", "memory tok/q", "LLM calls",
+               "parse fails", "p50 s", "p95 s"]
+
+
+def _header(metric: str, judge: bool = False) -> list[str]:
+    cols = COLUMNS[:-1] if judge else COLUMNS
+    return [metric, *cols]
+
+
+def _notes(doc: dict[str, Any]) -> list[str]:
+    notes = [f"model: {doc['model']} (tokens counted by: {doc['tokenizer']}); "
+             f"judge: {doc['judge_model'] or 'none (pass --judge MODEL)'}",
+             "overall = mean over categories 1-4; category 5 (adversarial) scores 1 for an "
+             "abstention."]
+    cut = {sid: v for sid, v in doc["full_context"].items()
+           if v["turns_kept"] < v["turns_total"]}
+    if cut:
+        kept = ", ".join(f"{sid} {v['turns_kept']}/{v['turns_total']}" for sid, v in cut.items())
+        notes.append(f"full_context is truncated to the model's {doc['window']}-token window "
+                     f"(most recent turns kept): {kept}")
+    return notes
+
+
+def _text_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    out = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths,
+                                                                                  strict=True)))
+           for r in [header, *rows]]
+    out.insert(1, "-" * len(out[0]))
+    return out
+
+
+def locomo_table(doc: dict[str, Any]) -> str:
+    """F1 by category, judge accuracy if run, and cost, as plain text."""
+    lines = [f"LoCoMo QA — {doc['model']} — {len(doc['conversations'])} conversations"]
+    lines += [*_text_table(_header("F1"), _rows(doc, "f1")), ""]
+    lines += [*_text_table(_header("F1 corrected"), _rows(doc, "f1", corrected=True)), ""]
+    if doc["judge_model"]:
+        lines += [*_text_table(_header("judge", True), _rows(doc, "judge")), ""]
+    lines += [*_text_table(COST_HEADER, _cost_rows(doc)), ""]
+    return "\n".join(lines + _notes(doc))
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def locomo_markdown(doc: dict[str, Any]) -> str:
+    """The report as markdown: every metric on both answer keys, cost, and the notes."""
+    out = [f"# LoCoMo question answering: {doc['model']}", "",
+           f"Data: `{doc['data']}`; conversations: {', '.join(doc['conversations'])}; "
+           f"audit corrections applied: {doc['audit_entries_applied']}.", ""]
+    for corrected, title in ((False, "original answer key"), (True, "audit-corrected key")):
+        out += [f"## Quality, {title}", ""]
+        for metric in ("f1", "em", "bleu1", "judge"):
+            rows = _rows(doc, metric, corrected)
+            if rows:
+                out += _md_table(_header(metric, metric == "judge"), rows)
+    out += ["## Cost", "", *_md_table(COST_HEADER, _cost_rows(doc)), "## Notes", ""]
+    out += [f"- {n}" for n in _notes(doc)]
+    out += ["", f"Settings: `{json.dumps(doc['settings'])}`", ""]
+    return "\n".join(out)
+
+
+def locomo_chart(doc: dict[str, Any], path: Path) -> None:
+    """F1 per category for each system (and prompt tokens per question), as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = list(doc["systems"])
+    fig, (ax, cost) = plt.subplots(1, 2, figsize=(13, 4.5), width_ratios=[3, 1])
+    width = 0.8 / max(len(systems), 1)
+    for n, name in enumerate(systems):
+        row = doc["systems"][name]["f1"]
+        ax.bar([x + n * width for x in range(len(COLUMNS))],
+               [row.get(c) or 0.0 for c in COLUMNS], width, label=name)
+    ax.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(COLUMNS))])
+    ax.set_xticklabels([f"{c}\n{CATEGORY_NAMES.get(c, '')}" for c in COLUMNS])
+    ax.set_ylim(0, 1)
+    ax.set_title("F1 by category (5: abstention)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    cost.bar(systems, [doc["systems"][s]["tokens_per_question"] or 0 for s in systems],
+             color=[f"C{i}" for i in range(len(systems))])
+    cost.set_title("prompt tokens per question")
+    cost.tick_params(axis="x", rotation=30)
+    fig.suptitle(f"LoCoMo QA — {doc['model']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_locomo_outputs(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    """Write ``locomo.json``, ``locomo.md`` and ``locomo.png``; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "locomo.json", out / "locomo.md", out / "locomo.png"]
+    paths[0].write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    paths[1].write_text(locomo_markdown(doc), encoding="utf-8")
+    locomo_chart(doc, paths[2])
+    return paths

@@ -1,0 +1,137 @@
+"""One place that turns a user's model choice into a configured, metered DSPy LM.
+
+``setup_lm("local/smollm2")`` is the embedded offline model (``LlamaCppEngine``); any other
+``provider/model`` goes to litellm through ``dspy.LM`` (keys from the environment,
+``api_base`` for Ollama, vLLM or llama.cpp servers). Every LM carries a ``CallMeter``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+
+from .errors import ModelSetupError
+from .llama_engine import DEFAULT_N_CTX, LlamaCppEngine
+from .meter import CallMeter
+
+EMBEDDED = "local/smollm2"
+LOCAL_PREFIX = "local/"
+# When litellm does not know a model's window, assume a small one rather than overflow.
+FALLBACK_WINDOW = 8192
+EXAMPLES = ("openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-latest",
+            "ollama_chat/llama3.1 --api-base http://localhost:11434",
+            "hosted_vllm/Qwen/Qwen2.5-7B-Instruct --api-base http://localhost:8000/v1")
+
+
+@dataclass
+class ModelHandle:
+    """A configured LM with what packers and reports need to know about it.
+
+    Attributes:
+        name: the model as the user named it (``local/smollm2``, ``openai/gpt-4o-mini``).
+        lm: the ``dspy.LM``.
+        window: the context window in tokens.
+        count_tokens: the model's tokenizer where it has one, else litellm's estimate.
+        tokenizer: which tokenizer ``count_tokens`` uses, for reports.
+        meter: counts every call made through ``lm``.
+    """
+
+    name: str
+    lm: dspy.LM
+    window: int
+    count_tokens: Callable[[str], int]
+    tokenizer: str
+    meter: CallMeter
+
+
+def _approximate_tokens(text: str) -> int:
+    # Conservative: English averages ~4 characters per token; 3 over-counts, so a budget
+    # measured this way is never exceeded by the real tokenizer on ordinary text.
+    return math.ceil(len(text) / 3)
+
+
+def _litellm_counter(model: str) -> tuple[Callable[[str], int], str]:
+    import litellm
+
+    def count(text: str) -> int:
+        return int(litellm.token_counter(model=model, text=text))
+
+    try:
+        count("probe")
+    except Exception:
+        return _approximate_tokens, "estimate (3 chars/token)"
+    return count, "litellm"
+
+
+def _litellm_window(model: str) -> int:
+    import litellm
+
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:
+        return FALLBACK_WINDOW
+    return int(info.get("max_input_tokens") or info.get("max_tokens") or FALLBACK_WINDOW)
+
+
+def _check_litellm_model(model: str, api_base: str | None) -> None:
+    import litellm
+
+    try:
+        _, provider, _, _ = litellm.get_llm_provider(model=model, api_base=api_base)
+    except Exception as exc:
+        raise ModelSetupError(
+            f"litellm does not know the model {model!r} ({exc}). Name it as provider/model, "
+            f"for example: {'; '.join(EXAMPLES)}; or use the embedded {EMBEDDED}.") from exc
+    if api_base:
+        return  # a local server: no key needed, and litellm cannot tell which it wants
+    env = litellm.validate_environment(model=model)
+    if not env.get("keys_in_environment", True):
+        missing = ", ".join(env.get("missing_keys") or ["the provider's API key"])
+        raise ModelSetupError(
+            f"{model} ({provider}) needs {missing} set in the environment; or use the "
+            f"embedded {EMBEDDED}, which needs nothing.")
+
+
+def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature: float = 0.0,
+             max_tokens: int = 256, n_ctx: int = DEFAULT_N_CTX, cache: bool = False,
+             engine: Any = None) -> ModelHandle:
+    """A configured LM for ``choice``.
+
+    Args:
+        choice: ``local/smollm2`` (embedded), ``local/PATH.gguf`` (any GGUF file), or any
+            litellm ``provider/model``.
+        api_base: a server address for self-hosted providers (Ollama, vLLM, llama.cpp).
+        temperature: sampling temperature; 0 by default so benchmark runs repeat.
+        max_tokens: the longest output per call.
+        n_ctx: the context window for local models.
+        cache: DSPy's response cache; off by default so the meter counts real calls.
+        engine: an engine to use instead (tests pass scripted fakes).
+
+    Raises:
+        ModelSetupError: what to install or set, when the model cannot be set up.
+
+    Example:
+        >>> handle = setup_lm("local/smollm2")  # doctest: +SKIP
+        >>> dspy.configure(lm=handle.lm)  # doctest: +SKIP
+    """
+    meter = CallMeter()
+    if choice.startswith(LOCAL_PREFIX) or engine is not None:
+        if engine is None:
+            path = None if choice == EMBEDDED else choice[len(LOCAL_PREFIX):]
+            engine = LlamaCppEngine(path, n_ctx=n_ctx)
+        lm = dspy.LM(choice, engine=engine, temperature=temperature, max_tokens=max_tokens,
+                     cache=cache, num_retries=0, callbacks=[meter])
+        counter = getattr(engine, "count_tokens", None)
+        return ModelHandle(choice, lm, getattr(engine, "n_ctx", n_ctx),
+                           counter or _approximate_tokens,
+                           "model" if counter else "estimate (3 chars/token)", meter)
+    _check_litellm_model(choice, api_base)
+    kwargs: dict[str, Any] = {"api_base": api_base} if api_base else {}
+    lm = dspy.LM(choice, temperature=temperature, max_tokens=max_tokens, cache=cache,
+                 callbacks=[meter], **kwargs)
+    count, tokenizer = _litellm_counter(choice)
+    return ModelHandle(choice, lm, _litellm_window(choice), count, tokenizer, meter)

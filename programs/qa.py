@@ -1,0 +1,125 @@
+"""``QA``: a question and packed memories -> a short answer, cited ids, or an abstention."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import dspy
+from pydantic import Field, StringConstraints
+
+from .structured import StructuredPredict
+
+ABSTAIN_ANSWER = "Not mentioned in the conversation."
+MAX_ANSWER_CHARS = 100
+MAX_CITED = 3
+_ID = re.compile(r"\[([^\]\s·]+)\s*·")
+
+
+class AnswerFromMemories(dspy.Signature):
+    """Answer the question in a few words using the memories.
+
+    Each memory starts with [id · speaker · date]. Copy the answer from the memory text:
+    a name, a date like "7 May 2023", a number or a short phrase. Give the ids of the
+    memories used. If the memories do not answer the question, answer "Not mentioned".
+    """
+
+    memories: str = dspy.InputField(desc="one per line, most relevant first")
+    question: str = dspy.InputField()
+    # Bounds go into the JSON schema, so a constrained decoder cannot ramble past them.
+    answer: Annotated[str, StringConstraints(max_length=MAX_ANSWER_CHARS)] = dspy.OutputField(
+        desc="a few words")
+    evidence: Annotated[list[Annotated[str, StringConstraints(max_length=40)]],
+                        Field(max_length=MAX_CITED)] = dspy.OutputField(
+        desc="memory ids, e.g. D3:7")
+
+
+#: Phrases that mark a prediction as an abstention ("the information is not there"): LoCoMo's
+#: official category-5 phrases plus a few clear equivalents. Matched as lower-case
+#: substrings after collapsing whitespace.
+ABSTAIN_PHRASES: tuple[str, ...] = (
+    "no information available",
+    "not mentioned",
+    "no information",
+    "not available",
+    "unknown",
+    "cannot be determined",
+    "not stated",
+)
+
+
+def is_abstention(prediction: str) -> bool:
+    """True when the prediction says the information is not available.
+
+    Matches any of :data:`ABSTAIN_PHRASES` as a substring of the lower-cased prediction with
+    whitespace collapsed. This is broader than the category-5 rule in LoCoMo's scorer,
+    which accepts only LoCoMo's two phrases.
+
+    Args:
+        prediction: Model answer.
+
+    Returns:
+        Whether the answer is an abstention.
+
+    Example:
+        >>> is_abstention("The date is unknown.")
+        True
+        >>> is_abstention("In May 2023.")
+        False
+    """
+    text = " ".join(prediction.lower().split())
+    return any(phrase in text for phrase in ABSTAIN_PHRASES)
+
+
+
+def tidy_answer(answer: str, known: set[str]) -> tuple[str, list[str]]:
+    """An answer without the scaffolding small models copy into it, and ids it named.
+
+    Small models often echo a memory's provenance header ("D23:19 · James · 4 September
+    2022") or run on past the answer. The header's id is evidence; when the header is
+    all there is, its date is the closest thing to an answer the model gave.
+    """
+    text = answer.strip().split("\n", 1)[0].strip().rstrip("}").strip()
+    head = text.lstrip("[").split("·", 1)[0].strip()
+    if "·" not in text or head not in known:
+        return text, []
+    if "]" in text:
+        header, rest = text.split("]", 1)
+    else:
+        header, rest = text, ""
+    parts = header.lstrip("[").split("·")
+    date = parts[-1].strip() if len(parts) >= 3 else ""
+    return rest.strip() or date, [head]
+
+
+def cited_ids(memories: str) -> set[str]:
+    """The ids that open the provenance brackets of packed memory lines."""
+    return set(_ID.findall(memories))
+
+
+class QA(dspy.Module):
+    """Answers from packed memories; abstains explicitly when they do not support an answer.
+
+    The prediction has ``answer`` (``ABSTAIN_ANSWER`` on abstention), ``evidence`` (only
+    ids that really occur in the memories: small models invent some) and ``abstained``.
+
+    Example:
+        >>> qa = QA()
+        >>> qa(question="Where does Ana live?",
+        ...    memories="[D1:2 · Ana · 1 May 2023] I live in Oslo")  # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.respond = StructuredPredict(AnswerFromMemories, "QA")
+
+    def forward(self, question: str, memories: str) -> dspy.Prediction:
+        """Answer ``question`` from ``memories`` (a packed context block)."""
+        out = self.respond(question=question, memories=memories or "(no memories)")
+        known = cited_ids(memories)
+        answer, named = tidy_answer(out.answer or "", known)
+        abstained = not answer or is_abstention(answer)
+        cited = [e.strip() for e in out.evidence or []] + named
+        evidence = list(dict.fromkeys(e for e in cited if e in known))
+        return dspy.Prediction(answer=ABSTAIN_ANSWER if abstained else answer,
+                               evidence=evidence, abstained=abstained)

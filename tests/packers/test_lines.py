@@ -1,0 +1,82 @@
+"""The line packer: provenance, resolved dates, dedup, order, and never over budget."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from memstrata.packers import MemoryLine, pack, render
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def pieces(text: str) -> int:
+    # A tokenizer that splits punctuation off and counts a line break: unlike ``words``,
+    # the sum of per-line counts is not the count of the joined block.
+    return len(re.findall(r"\w+|[^\w\s]|\n", text))
+
+
+def chars(text: str) -> int:
+    return -(-len(text) // 4)
+
+
+def test_render_carries_provenance_and_resolves_relative_dates() -> None:
+    line = MemoryLine(id="D3:7", speaker="Caroline", when=datetime(2023, 5, 8),
+                      text="I went to a support group yesterday.")
+    assert render(line) == ("[D3:7 · Caroline · 8 May 2023] I went to a support group "
+                            "yesterday [7 May 2023].")
+    assert render(line, resolve_times=False).endswith("support group yesterday.")
+    assert render(MemoryLine(id="i_1", text="a fact")) == "[i_1] a fact"
+
+
+def test_pack_dedups_keeps_order_and_skips_what_does_not_fit() -> None:
+    lines = [MemoryLine(id="a", text="first line here"),
+             MemoryLine(id="b", text="First   line HERE"),  # duplicate once normalised
+             MemoryLine(id="c", text="a very long line " * 10),
+             MemoryLine(id="d", text="short")]
+    out = pack(lines, 12, words)
+    assert out.ids == ["a", "d"]
+    assert out.duplicates == 1 and out.dropped == 1 and not out.truncated
+    assert out.text.splitlines() == ["[a] first line here", "[d] short"]
+    assert out.tokens == words(out.text) <= 12
+
+
+def test_first_line_is_cut_when_nothing_fits_whole() -> None:
+    out = pack([MemoryLine(id="a", text="one two three four five six seven eight")], 5, words)
+    assert out.truncated and out.ids == ["a"]
+    assert out.text.endswith("…") and words(out.text) <= 5
+
+
+def test_zero_budget_gives_an_empty_block() -> None:
+    out = pack([MemoryLine(id="a", text="anything")], 0, words)
+    assert out.text == "" and out.ids == [] and out.tokens == 0
+
+
+line_strategy = st.builds(
+    MemoryLine,
+    id=st.from_regex(r"D[0-9]{1,2}:[0-9]{1,3}", fullmatch=True),
+    text=st.lists(st.sampled_from(["a", "bc", "xyz,", "!", "\n", "yesterday", "last week",
+                                   "naïve", "D1:2"]), min_size=1, max_size=30).map(" ".join),
+    speaker=st.one_of(st.none(), st.sampled_from(["Ana", "Bo Li"])),
+    when=st.one_of(st.none(), st.datetimes(min_value=datetime(2000, 1, 1),
+                                           max_value=datetime(2030, 12, 31))),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(line_strategy, max_size=25, unique_by=lambda ln: ln.id),
+       budget=st.integers(0, 400),
+       counter=st.sampled_from([words, pieces, chars]))
+def test_never_over_budget(lines, budget, counter) -> None:
+    out = pack(lines, budget, counter)
+    assert counter(out.text) <= budget
+    assert out.tokens == (counter(out.text) if out.text else 0)
+    assert len(out.ids) == len(out.text.splitlines()) if out.text else out.ids == []
+    # most relevant first: packed ids keep the input order
+    order = [ln.id for ln in lines]
+    positions = [order.index(i) for i in out.ids]
+    assert positions == sorted(positions)

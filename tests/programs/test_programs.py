@@ -1,0 +1,143 @@
+"""QA, Extractor and Judge on scripted models: parsing, retry, abstention, save and load."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+from memstrata.programs import (
+    ABSTAIN_ANSWER,
+    QA,
+    AnswerJudge,
+    Extractor,
+    Judge,
+    ProgramParseError,
+)
+
+from tests.conftest import field
+
+MEMORIES = ("[D1:3 · Caroline · 8 May 2023] I moved from Sweden four years ago.\n"
+            "[D1:4 · Melanie · 8 May 2023] Wow, that's a big move!")
+
+
+def test_qa_answers_and_keeps_only_real_evidence_ids() -> None:
+    lm = DummyLM([{"answer": "Sweden", "evidence": ["D1:3", "D9:9"]}],
+                 adapter=dspy.JSONAdapter())
+    with dspy.context(lm=lm):
+        out = QA()(question="Where did Caroline move from?", memories=MEMORIES)
+    assert out.answer == "Sweden"
+    assert out.evidence == ["D1:3"]  # D9:9 is not among the memories: invented
+    assert out.abstained is False
+
+
+def test_qa_abstains_explicitly() -> None:
+    for said in ("Not mentioned", "", "The memories have no information about it."):
+        lm = DummyLM([{"answer": said, "evidence": []}], adapter=dspy.JSONAdapter())
+        with dspy.context(lm=lm):
+            out = QA()(question="What is Caroline's favourite food?", memories=MEMORIES)
+        assert out.abstained is True
+        assert out.answer == ABSTAIN_ANSWER
+
+
+def test_schema_reaches_the_engine_with_bounds(scripted) -> None:
+    seen = {}
+
+    def reply(system: str, user: str, schema):
+        seen["schema"], seen["system"] = schema, system
+        return {"answer": "Sweden", "evidence": ["D1:3"]}
+
+    handle = scripted(reply)
+    with dspy.context(lm=handle.lm):
+        QA()(question="Where did Caroline move from?", memories=MEMORIES)
+    props = seen["schema"]["properties"]
+    assert props["answer"]["maxLength"] == 100
+    assert props["evidence"]["maxItems"] == 3
+    assert props["evidence"]["items"]["maxLength"] == 40
+    assert list(props) == ["answer", "evidence"]
+    assert "Answer the question in a few words" in seen["system"]
+    assert handle.meter.since(0).calls == 1
+    assert handle.meter.since(0).input_tokens > 0
+
+
+def test_parse_failure_is_retried_once_then_raised(scripted) -> None:
+    calls = []
+
+    def reply(system: str, user: str, schema):
+        calls.append(1)
+        return "the answer is Sweden"  # never JSON
+
+    handle = scripted(reply)
+    with dspy.context(lm=handle.lm), pytest.raises(ProgramParseError) as info:
+        QA()(question="Where did Caroline move from?", memories=MEMORIES)
+    assert len(calls) == 2
+    assert "QA" in str(info.value) and "local/scripted" in str(info.value)
+    assert info.value.raw == "the answer is Sweden"
+    retry = handle.lm.history[-1]["kwargs"] if handle.lm.history else {}
+    assert handle.meter.since(0).calls == 2
+    assert retry.get("temperature") == 0.7
+
+
+def test_retry_recovers(scripted) -> None:
+    answers = iter(["not json", {"answer": "Sweden", "evidence": []}])
+    handle = scripted(lambda s, u, schema: next(answers))
+    with dspy.context(lm=handle.lm):
+        out = QA()(question="Where did Caroline move from?", memories=MEMORIES)
+    assert out.answer == "Sweden"
+    assert handle.meter.since(0).calls == 2
+
+
+def test_extractor_resolves_times_and_filters_evidence(scripted) -> None:
+    def reply(system: str, user: str, schema):
+        assert "8 May 2023" in field(user, "session_date")
+        return {"facts": [
+            {"subject": "Ana", "predicate": "moved to", "object": "Oslo", "time": "last month",
+             "speaker": "Ana", "evidence": ["D1:1", "D7:7"], "tags": ["Move", "home", " "]},
+            {"subject": "Ana", "predicate": "likes", "object": "tea", "time": "",
+             "speaker": "Ana", "evidence": ["D1:2"], "tags": []},
+        ]}
+
+    handle = scripted(reply)
+    with dspy.context(lm=handle.lm):
+        out = Extractor()(turns="[D1:1] Ana: I moved to Oslo last month.\n[D1:2] Ana: Tea!",
+                          session_date=datetime(2023, 5, 8), turn_ids=["D1:1", "D1:2"])
+    first, second = out.facts
+    assert (first.subject, first.predicate, first.object) == ("Ana", "moved to", "Oslo")
+    assert first.resolved_time is not None and (first.resolved_time.year,
+                                               first.resolved_time.month) == (2023, 4)
+    assert first.evidence == ["D1:1"]
+    assert first.tags == ["move", "home"]
+    assert second.resolved_time is None
+
+
+def test_judges(scripted) -> None:
+    def reply(system: str, user: str, schema):
+        if "Gold answer:" in user:
+            return {"rationale": "same city", "label": "CORRECT"}
+        return {"success": False, "rationale": "the output names the wrong city"}
+
+    handle = scripted(reply)
+    with dspy.context(lm=handle.lm):
+        verdict = AnswerJudge()(question="Where?", gold_answer="Oslo",
+                                generated_answer="in Oslo, Norway")
+        run = Judge()(task="Name Ana's city", trajectory="search -> D1:1", output="Bergen")
+    assert verdict.correct is True
+    assert run.success is False and "wrong city" in run.rationale
+
+
+def test_programs_save_and_load(tmp_path) -> None:
+    qa = QA()
+    qa.respond.predict.demos = [dspy.Example(question="q", memories="m", answer="a",
+                                             evidence=[])]
+    path = tmp_path / "qa.json"
+    qa.save(str(path))
+    assert json.loads(path.read_text())
+    loaded = QA()
+    loaded.load(str(path))
+    assert loaded.respond.predict.demos[0]["answer"] == "a"
+    for program in (Extractor(), Judge(), AnswerJudge()):
+        target = tmp_path / f"{type(program).__name__}.json"
+        program.save(str(target))
+        type(program)().load(str(target))
