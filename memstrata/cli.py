@@ -134,12 +134,16 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
     cats = _csv(args.categories, "--categories", int)
     if cats and not set(cats) <= {1, 2, 3, 4, 5}:
         raise SystemExit("memstrata: --categories are LoCoMo's 1-5")
+    if args.budget is not None and args.budget < 0:
+        raise SystemExit("memstrata: --budget must be >= 0")
+    budget = {"budget": args.budget} if args.budget is not None else {}
     handle = setup_lm(args.lm, api_base=args.api_base, n_ctx=args.n_ctx)
     judge = setup_lm(args.judge, api_base=args.judge_api_base) if args.judge else None
     try:
         doc = run_locomo_bench(
             args.data, handle, args.out, audit=_audit(args), judge=judge, systems=systems,
-            settings=QASettings(budget=args.budget), embedder=_embedder(not args.no_dense),
+            settings=QASettings.for_model(handle.name, **budget),
+            embedder=_embedder(not args.no_dense),
             weights=_weights(args.weights), conversations=set(convs) if convs else None,
             categories=set(cats) if cats else None, limit=args.limit)
     except ValueError as exc:
@@ -242,8 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--categories", help="comma-separated categories 1-5")
     p.add_argument("--systems", help="comma-separated subset of memstrata, naive_rag, "
                    "no_memory, full_context (default: all four)")
-    p.add_argument("--budget", type=int, default=550,
-                   help="memory tokens packed per question (default 550)")
+    p.add_argument("--budget", type=int,
+                   help="memory tokens packed per question (default: 200 for local models, "
+                   "which read best from a few lines; 600 for others)")
     p.add_argument("--n-ctx", type=int, default=8192,
                    help="context window of a local model in tokens (default 8192)")
     p.add_argument("--out", default="out", help="output folder and answer cache (default ./out)")

@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 import dspy
 from memstrata.memory.query import time_range
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
 from .structured import StructuredPredict
 
+MAX_FACTS = 8
+
+
+Short = Annotated[str, StringConstraints(max_length=40)]
+
 
 class ExtractedFact(BaseModel):
-    """One fact as the model states it."""
+    """One fact as the model states it.
 
-    subject: str = Field(description="who or what the fact is about")
-    predicate: str = Field(description="the relation, e.g. 'lives in', 'adopted'")
-    object: str = Field(description="the value, e.g. 'Oslo', 'a puppy'")
-    time: str = Field(default="", description="when it happened, as said, e.g. 'last week'")
-    speaker: str = Field(description="who said it")
-    evidence: list[str] = Field(default_factory=list, description="turn ids, e.g. D3:7")
-    tags: list[str] = Field(default_factory=list, description="1-5 topic words")
+    Every string and list is bounded: the bounds go into the JSON schema, so a
+    constrained small model cannot ramble one field until ``max_tokens`` cuts the JSON.
+    """
+
+    subject: str = Field(max_length=60, description="who or what the fact is about")
+    predicate: str = Field(max_length=40, description="the relation, e.g. 'lives in'")
+    object: str = Field(max_length=100, description="the value, e.g. 'Oslo', 'a puppy'")
+    time: str = Field(default="", max_length=40,
+                      description="when it happened, as said, e.g. 'last week'")
+    speaker: str = Field(max_length=40, description="who said it")
+    evidence: list[Short] = Field(default_factory=list, max_length=4,
+                                  description="turn ids, e.g. D3:7")
+    tags: list[Short] = Field(default_factory=list, max_length=5, description="1-5 topic words")
 
 
 class Fact(ExtractedFact):
@@ -40,7 +52,7 @@ class ExtractFacts(dspy.Signature):
 
     session_date: str = dspy.InputField(desc="the date the turns were spoken")
     turns: str = dspy.InputField()
-    facts: list[ExtractedFact] = dspy.OutputField()
+    facts: Annotated[list[ExtractedFact], Field(max_length=MAX_FACTS)] = dspy.OutputField()
 
 
 class Extractor(dspy.Module):

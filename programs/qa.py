@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import date
 from typing import Annotated
 
 import dspy
@@ -14,6 +15,7 @@ ABSTAIN_ANSWER = "Not mentioned in the conversation."
 MAX_ANSWER_CHARS = 100
 MAX_CITED = 3
 _ID = re.compile(r"\[([^\]\s·]+)\s*·")
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?\b")
 
 
 class AnswerFromMemories(dspy.Signature):
@@ -72,14 +74,25 @@ def is_abstention(prediction: str) -> bool:
 
 
 
+def _memory_date_style(m: re.Match[str]) -> str:
+    try:
+        day = date(int(m[1]), int(m[2]), int(m[3]))
+    except ValueError:
+        return m[0]
+    return f"{day.day} {day:%B %Y}"
+
+
 def tidy_answer(answer: str, known: set[str]) -> tuple[str, list[str]]:
     """An answer without the scaffolding small models copy into it, and ids it named.
 
     Small models often echo a memory's provenance header ("D23:19 · James · 4 September
     2022") or run on past the answer. The header's id is evidence; when the header is
-    all there is, its date is the closest thing to an answer the model gave.
+    all there is, its date is the closest thing to an answer the model gave. In JSON,
+    small models also write dates as ISO timestamps ("2023-05-08 23:30:52") where the
+    memories say "8 May 2023": dates are put back in the memories' style.
     """
     text = answer.strip().split("\n", 1)[0].strip().rstrip("}").strip()
+    text = _ISO_DATE.sub(_memory_date_style, text)
     head = text.lstrip("[").split("·", 1)[0].strip()
     if "·" not in text or head not in known:
         return text, []
@@ -97,6 +110,24 @@ def cited_ids(memories: str) -> set[str]:
     return set(_ID.findall(memories))
 
 
+# Two worked examples of the answer style, made up (not from any benchmark): a span
+# copied from a memory, and a relative date read through the packer's resolution.
+# SmolLM2-135M went from F1 0.146 to 0.198 on 100 LoCoMo dev questions with them, for
+# ~240 more prompt tokens. Optimizers (or ``demos = []``) replace them like any demos.
+STYLE_DEMOS = [
+    dspy.Example(
+        memories="[D2:4 · Ana · 3 March 2021] We adopted a beagle named Rex yesterday "
+                 "[2 March 2021].\n[D2:5 · Tom · 3 March 2021] I love dogs! I have two cats "
+                 "though.",
+        question="What kind of dog did Ana adopt?", answer="a beagle", evidence=["D2:4"]),
+    dspy.Example(
+        memories="[D7:1 · Tom · 9 June 2022] I ran my first marathon last week [the week "
+                 "before 9 June 2022].\n[D7:2 · Ana · 9 June 2022] Congrats! How did it feel?",
+        question="When did Tom run his first marathon?",
+        answer="the week before 9 June 2022", evidence=["D7:1"]),
+]
+
+
 class QA(dspy.Module):
     """Answers from packed memories; abstains explicitly when they do not support an answer.
 
@@ -112,6 +143,7 @@ class QA(dspy.Module):
     def __init__(self) -> None:
         super().__init__()
         self.respond = StructuredPredict(AnswerFromMemories, "QA")
+        self.respond.predict.demos = list(STYLE_DEMOS)
 
     def forward(self, question: str, memories: str) -> dspy.Prediction:
         """Answer ``question`` from ``memories`` (a packed context block)."""

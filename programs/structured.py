@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import textwrap
 import typing
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import dspy
 import pydantic
+from dspy.adapters.json_adapter import _get_structured_outputs_response_format
 from dspy.adapters.utils import format_field_value
 from dspy.utils.exceptions import AdapterParseError
 
@@ -93,15 +95,14 @@ class CompactJSONAdapter(dspy.JSONAdapter):
         super()._prepare_response_format(lm, lm_kwargs, signature)
         fmt = lm_kwargs.get("response_format")
         if not (isinstance(fmt, type) and issubclass(fmt, pydantic.BaseModel)):
-            return
-        fields: dict[str, Any] = {}
-        for name, field in signature.output_fields.items():
-            annotation = field.annotation
-            if field.metadata:
-                annotation = Annotated[(annotation, *field.metadata)]
-            fields[name] = (annotation, ...)
-        lm_kwargs["response_format"] = pydantic.create_model(
-            "DSPyProgramOutputs", __config__=pydantic.ConfigDict(extra="forbid"), **fields)
+            return  # JSON mode, or no response_format at all: nothing to bound
+        # DSPy's own builder (all keys required, no extra keys: what strict structured
+        # outputs want), fed annotations that still carry their bounds.
+        bounded = {name: SimpleNamespace(
+            annotation=Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation,
+            default=f.default) for name, f in signature.output_fields.items()}
+        lm_kwargs["response_format"] = _get_structured_outputs_response_format(
+            SimpleNamespace(output_fields=bounded), self.use_native_function_calling)
 
 
 class StructuredPredict(dspy.Module):

@@ -171,7 +171,7 @@ class ScriptedEngine:
         self.requests.append(request)
         system = request.system if isinstance(request.system, str) else "".join(
             p.text for p in request.system or ())
-        user = "\n".join(m.text or "" for m in request.messages)
+        user = request.messages[-1].text or ""  # the live question, after any demos
         fmt = request.config.response_format
         out = self.reply(system, user, fmt.get("schema") if fmt else None)
         text = out if isinstance(out, str) else json.dumps(out)

@@ -141,3 +141,36 @@ def test_programs_save_and_load(tmp_path) -> None:
         target = tmp_path / f"{type(program).__name__}.json"
         program.save(str(target))
         type(program)().load(str(target))
+
+
+def test_nested_schema_keeps_bounds_and_is_strict() -> None:
+    from memstrata.programs.extractor import ExtractFacts
+    from memstrata.programs.structured import CompactJSONAdapter
+
+    class LM:
+        supported_params = {"response_format"}
+        supports_response_schema = True
+
+    kwargs: dict = {}
+    CompactJSONAdapter()._prepare_response_format(LM(), kwargs, ExtractFacts)
+    schema = kwargs["response_format"].model_json_schema()
+    assert schema["properties"]["facts"]["maxItems"] == 8
+    fact = schema["$defs"]["ExtractedFact"]
+    # strict structured outputs (OpenAI) want every key required and no extra keys
+    assert set(fact["required"]) == set(fact["properties"]) and not fact["additionalProperties"]
+    assert fact["properties"]["subject"]["maxLength"] == 60
+    assert fact["properties"]["tags"]["items"]["maxLength"] == 40
+
+
+def test_tidy_answer_strips_copied_headers_and_restyles_iso_dates() -> None:
+    from memstrata.programs.qa import tidy_answer
+
+    known = {"D23:19", "D25:11"}
+    assert tidy_answer("D23:19 · James · 4 September 2022", known) == (
+        "4 September 2022", ["D23:19"])
+    assert tidy_answer("[D25:11 · John · 22 July 2023] a yoga studio", known) == (
+        "a yoga studio", ["D25:11"])
+    assert tidy_answer("2023-05-08 23:30:52", known) == ("8 May 2023", [])
+    assert tidy_answer("on 2023-13-45", known) == ("on 2023-13-45", [])  # not a date
+    assert tidy_answer("Sweden}\n\nmore", known) == ("Sweden", [])
+    assert tidy_answer("D99:1 · X · 2 May", known) == ("D99:1 · X · 2 May", [])  # unknown id
