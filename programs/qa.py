@@ -110,10 +110,11 @@ def cited_ids(memories: str) -> set[str]:
     return set(_ID.findall(memories))
 
 
-# Two worked examples of the answer style, made up (not from any benchmark): a span
-# copied from a memory, and a relative date read through the packer's resolution.
-# SmolLM2-135M went from F1 0.146 to 0.198 on 100 LoCoMo dev questions with them, for
-# ~240 more prompt tokens. Optimizers (or ``demos = []``) replace them like any demos.
+# Three worked examples of the answer style, made up (not from any benchmark): a span
+# copied from a memory, a relative date read through the packer's resolution, and an
+# abstention. On 100 LoCoMo dev questions SmolLM2-135M scored F1 0.146 without them,
+# 0.198 with the first two and 0.226 with all three, for ~330 more prompt tokens.
+# Optimizers (or ``demos = []``) replace them like any demos.
 STYLE_DEMOS = [
     dspy.Example(
         memories="[D2:4 · Ana · 3 March 2021] We adopted a beagle named Rex yesterday "
@@ -125,6 +126,10 @@ STYLE_DEMOS = [
                  "before 9 June 2022].\n[D7:2 · Ana · 9 June 2022] Congrats! How did it feel?",
         question="When did Tom run his first marathon?",
         answer="the week before 9 June 2022", evidence=["D7:1"]),
+    dspy.Example(
+        memories="[D4:2 · Ana · 5 May 2020] My sister lives in Lyon.\n[D4:3 · Tom · 5 May "
+                 "2020] Lyon is lovely in spring.",
+        question="Where does Tom's brother work?", answer="Not mentioned", evidence=[]),
 ]
 
 
