@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from dspy.utils.exceptions import ContextWindowExceededError
 from memstrata.memory import Embedder, Retriever, SearchWeights, Store
 from memstrata.packers import MemoryLine, from_hits, pack, render
 from memstrata.programs import QA, ModelHandle, ProgramParseError
@@ -50,8 +51,9 @@ class QASettings(BaseModel):
     """Hits memstrata retrieves before packing (the packer keeps what fits)."""
     naive_k: int = 10
     """Turns naive RAG takes (then cut to the same budget)."""
-    reserve: int = 500
-    """Tokens kept free in the window for the prompt scaffold, question and answer."""
+    margin: int = 64
+    """Tokens kept free in the window beyond the measured prompt scaffold, the longest
+    question and the answer (chat templates add a few tokens per message)."""
 
     @classmethod
     def for_model(cls, name: str, **overrides: Any) -> QASettings:
@@ -170,8 +172,22 @@ def _full_context(lines: list[MemoryLine], budget: int, handle: ModelHandle) -> 
             "of": len(rendered)}
 
 
-def _contexts(store: Store, convs: list[LoCoMoConversation], handle: ModelHandle,
-              settings: QASettings, embedder: Embedder | None,
+def _reserved(handle: ModelHandle, settings: QASettings, questions: list[Question]) -> int:
+    # Measured, not guessed: the QA prompt with empty memories (system, demos, labels),
+    # the longest question asked, the output budget and a margin.
+    from memstrata.programs.structured import CompactJSONAdapter
+
+    predict = QA().respond.predict
+    messages = CompactJSONAdapter().format(predict.signature, predict.demos,
+                                           {"memories": "", "question": ""})
+    scaffold = sum(handle.count_tokens(str(m["content"])) for m in messages)
+    longest = max((handle.count_tokens(q.question) for q in questions), default=0)
+    output = int(handle.lm.kwargs.get("max_tokens") or 256)
+    return scaffold + longest + output + settings.margin
+
+
+def _contexts(store: Store, convs: list[LoCoMoConversation], questions: list[Question],
+              handle: ModelHandle, settings: QASettings, embedder: Embedder | None,
               weights: SearchWeights | None) -> tuple[dict[str, Callable[[Question], str]],
                                                        dict[str, Any]]:
     retriever = Retriever(store, embedder, weights)
@@ -179,7 +195,7 @@ def _contexts(store: Store, convs: list[LoCoMoConversation], handle: ModelHandle
     by_id = {sid: {ln.id: ln for ln in ls} for sid, ls in lines.items()}
     bm25 = {sid: BM25Index([ln.id for ln in ls], [ln.text for ln in ls], TOKENIZERS["bm25_tokens"])
             for sid, ls in lines.items()}
-    window_budget = max(handle.window - settings.reserve, 0)
+    window_budget = max(handle.window - _reserved(handle, settings, questions), 0)
     full: dict[str, dict[str, Any]] = {}
 
     def memstrata(q: Question) -> str:
@@ -212,7 +228,8 @@ def _answer(qa: QA, handle: ModelHandle, system: str, key: str, q: Question,
         with dspy.context(lm=handle.lm):
             pred = qa(question=q.question, memories=memories)
         answer, evidence, abstained, error = pred.answer, pred.evidence, pred.abstained, None
-    except ProgramParseError as exc:
+    except (ProgramParseError, ContextWindowExceededError) as exc:
+        # Recorded and counted as a failure in the report, never dropped.
         answer, evidence, abstained, error = "", [], False, str(exc)[:500]
     usage = handle.meter.since(mark)
     return Answer(key=key, system=system, qid=q.qid, answer=answer, evidence=evidence,
@@ -298,7 +315,8 @@ def run_locomo_bench(
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(Path(tmp) / "locomo.db")
         load_locomo(store, convs, embedder=embedder)
-        builders, full = _contexts(store, convs, handle, settings, embedder, weights)
+        builders, full = _contexts(store, convs, questions, handle, settings, embedder,
+                                   weights)
         for q, system in _walk(questions, systems, progress):
             key = f"{system}|{handle.name}|{q.qid}|{fingerprint}"
             record = cache.get(key)

@@ -30,13 +30,13 @@ def _rows(doc: dict[str, Any], metric: str, corrected: bool = False) -> list[lis
 def _cost_rows(doc: dict[str, Any]) -> list[list[str]]:
     return [[name, str(r["questions"]), _fmt(r["abstention_cat5"]),
              f"{r['tokens_per_question'] or 0:.0f}", f"{r['context_tokens_per_question'] or 0:.0f}",
-             str(r["llm_calls"]), str(r["parse_failures"]),
+             str(r["llm_calls"]), str(r["failures"]),
              f"{r['latency_s']['p50']:.2f}", f"{r['latency_s']['p95']:.2f}"]
             for name, r in doc["systems"].items()]
 
 
 COST_HEADER = ["system", "questions", "abstain cat5", "prompt tok/q", "memory tok/q", "LLM calls",
-               "parse fails", "p50 s", "p95 s"]
+               "failures", "p50 s", "p95 s"]
 
 
 def _header(metric: str, judge: bool = False) -> list[str]:

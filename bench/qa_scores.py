@@ -74,6 +74,6 @@ def summarise(rows: list[tuple[Question, Answer]], *, judged: bool) -> dict[str,
         "context_tokens_per_question":
             round(sum(a.context_tokens for a in answers) / n, 1) if n else None,
         "llm_calls": sum(a.calls for a in answers),
-        "parse_failures": sum(1 for _, a in rows if a.error),
+        "failures": sum(1 for _, a in rows if a.error),
         "latency_s": percentiles([a.seconds for a in answers]),
     }

@@ -6,4 +6,10 @@ The packages: ``memstrata.memory`` (the store and retrieval), ``memstrata.tools`
 (loaders, metrics and benchmarks).
 """
 
+import os
+
+# Nothing leaves the machine unless the user configured it: litellm would otherwise fetch
+# its model cost map from GitHub on import (its bundled copy is used instead).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 __version__ = "0.1.0"

@@ -80,11 +80,12 @@ def _litellm_window(model: str) -> int:
 def _check_litellm_model(model: str, api_base: str | None) -> None:
     import litellm
 
+    litellm.suppress_debug_info = True  # it prints a provider list to stdout on errors
     try:
         _, provider, _, _ = litellm.get_llm_provider(model=model, api_base=api_base)
     except Exception as exc:
         raise ModelSetupError(
-            f"litellm does not know the model {model!r} ({exc}). Name it as provider/model, "
+            f"litellm does not know the model {model!r}. Name it as provider/model, "
             f"for example: {'; '.join(EXAMPLES)}; or use the embedded {EMBEDDED}.") from exc
     if api_base:
         return  # a local server: no key needed, and litellm cannot tell which it wants

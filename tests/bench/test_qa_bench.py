@@ -118,8 +118,12 @@ def test_limit_spreads_over_conversations_and_categories(data):
 
 
 def test_full_context_is_cut_to_the_window(data, tmp_path, scripted):
+    from memstrata.bench.qa import QASettings
+
     handle = scripted(reader)
-    handle.window = 560  # 500 reserved: ~60 tokens of conversation fit
+    from memstrata.bench.qa import _reserved
+
+    handle.window = _reserved(handle, QASettings(), []) + 80  # ~80 tokens of turns fit
     doc = run_locomo_bench(data, handle, tmp_path / "o", systems=("full_context",),
                            progress=False)
     kept = doc["full_context"]["conv-1"]
@@ -166,4 +170,18 @@ def test_harness_runs_on_dspy_dummy_lm(data, tmp_path):
     # DummyLM answers regardless of memories, so both systems score alike here.
     assert mem["f1"]["4"] == doc["systems"]["no_memory"]["f1"]["4"] == 1.0
     assert mem["abstention_cat5"] == 1.0
-    assert mem["llm_calls"] == len(QA_ITEMS) + 2 and mem["parse_failures"] == 0
+    assert mem["llm_calls"] == len(QA_ITEMS) + 2 and mem["failures"] == 0
+
+
+def test_a_prompt_over_the_window_is_recorded_as_a_failure(data, tmp_path, scripted):
+    from dspy.lm15 import ContextLengthError
+
+    def reply(system: str, user: str, schema):
+        if "Oscar" in user:  # the full conversation is in this prompt
+            raise ContextLengthError("Requested tokens exceed context window")
+        return reader(system, user, schema)
+
+    doc = run_locomo_bench(data, scripted(reply), tmp_path / "o",
+                           systems=("full_context", "no_memory"), progress=False)
+    assert doc["systems"]["full_context"]["failures"] == len(QA_ITEMS) + 2
+    assert doc["systems"]["no_memory"]["failures"] == 0

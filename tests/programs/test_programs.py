@@ -148,7 +148,7 @@ def test_nested_schema_keeps_bounds_and_is_strict() -> None:
     from memstrata.programs.structured import CompactJSONAdapter
 
     class LM:
-        supported_params = {"response_format"}
+        supported_params = frozenset({"response_format"})
         supports_response_schema = True
 
     kwargs: dict = {}

@@ -120,3 +120,12 @@ def test_local_server_needs_no_key() -> None:
     handle = setup_lm("ollama_chat/llama3.1", api_base="http://127.0.0.1:9")
     assert handle.lm.kwargs.get("api_base") == "http://127.0.0.1:9"
     assert handle.name == "ollama_chat/llama3.1"
+
+
+def test_litellm_uses_its_bundled_cost_map_not_the_network() -> None:
+    import os
+
+    import memstrata
+
+    assert memstrata.__version__
+    assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
