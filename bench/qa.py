@@ -30,7 +30,6 @@ from memstrata.memory import Embedder, Retriever, SearchWeights, Store
 from memstrata.packers import MemoryLine, from_hits, pack, render
 from memstrata.programs import QA, ModelHandle, ProgramParseError
 from memstrata.programs.judge import AnswerJudge
-from memstrata.programs.qa import is_abstention
 from pydantic import BaseModel
 from tqdm import tqdm
 
@@ -233,7 +232,7 @@ def _answer(qa: QA, handle: ModelHandle, system: str, key: str, q: Question,
         answer, evidence, abstained, error = "", [], False, str(exc)[:500]
     usage = handle.meter.since(mark)
     return Answer(key=key, system=system, qid=q.qid, answer=answer, evidence=evidence,
-                  abstained=abstained or is_abstention(answer), error=error, calls=usage.calls,
+                  abstained=abstained, error=error, calls=usage.calls,
                   input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                   seconds=round(time.perf_counter() - started, 3),
                   context_tokens=context_tokens)

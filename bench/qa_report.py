@@ -7,9 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .qa_scores import COLUMNS
-
-CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
-                  "5": "adversarial"}
+from .report import category_bars
 
 
 def _fmt(value: float | None) -> str:
@@ -109,16 +107,8 @@ def locomo_chart(doc: dict[str, Any], path: Path) -> None:
 
     systems = list(doc["systems"])
     fig, (ax, cost) = plt.subplots(1, 2, figsize=(13, 4.5), width_ratios=[3, 1])
-    width = 0.8 / max(len(systems), 1)
-    for n, name in enumerate(systems):
-        row = doc["systems"][name]["f1"]
-        ax.bar([x + n * width for x in range(len(COLUMNS))],
-               [row.get(c) or 0.0 for c in COLUMNS], width, label=name)
-    ax.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(COLUMNS))])
-    ax.set_xticklabels([f"{c}\n{CATEGORY_NAMES.get(c, '')}" for c in COLUMNS])
-    ax.set_ylim(0, 1)
-    ax.set_title("F1 by category (5: abstention)")
-    ax.grid(axis="y", alpha=0.3)
+    category_bars(ax, {s: doc["systems"][s]["f1"] for s in systems}, COLUMNS,
+                  "F1 by category (5: abstention)")
     ax.legend(fontsize=8)
     cost.bar(systems, [doc["systems"][s]["tokens_per_question"] or 0 for s in systems],
              color=[f"C{i}" for i in range(len(systems))])

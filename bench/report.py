@@ -1,4 +1,5 @@
-"""Reports for the retrieval benchmark: a plain-text table, the JSON file, a PNG chart."""
+"""Reports for the retrieval benchmark (a plain-text table, the JSON file, a PNG chart),
+and the chart helpers the benchmarks share."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = ("overall", "1", "2", "3", "4")
-CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop"}
+CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
+                  "5": "adversarial"}
 
 
 def _fmt(value: float | None) -> str:
@@ -40,8 +42,22 @@ def retrieval_table(doc: dict[str, Any]) -> str:
         + (f", embedding {ingest['embed_turns_per_s']}/s with {ingest['embedder']})"
            if "embedder" in ingest else ", no embeddings)")
     )
-    lines.append("categories: " + ", ".join(f"{k} {v}" for k, v in CATEGORY_NAMES.items()))
+    lines.append("categories: " + ", ".join(f"{k} {CATEGORY_NAMES[k]}" for k in COLUMNS[1:]))
     return "\n".join(lines)
+
+
+def category_bars(ax: Any, rows: dict[str, dict[str, float | None]],
+                  columns: tuple[str, ...], title: str) -> None:
+    """Grouped bars on ``ax``: one group per category column, one bar per system (0-1)."""
+    width = 0.8 / max(len(rows), 1)
+    for n, (name, row) in enumerate(rows.items()):
+        ax.bar([x + n * width for x in range(len(columns))],
+               [row.get(c) or 0.0 for c in columns], width, label=name)
+    ax.set_xticks([x + width * (len(rows) - 1) / 2 for x in range(len(columns))])
+    ax.set_xticklabels([f"{c}\n{CATEGORY_NAMES.get(c, '')}" for c in columns])
+    ax.set_title(title)
+    ax.set_ylim(0, 1)
+    ax.grid(axis="y", alpha=0.3)
 
 
 def retrieval_chart(doc: dict[str, Any], path: Path) -> None:
@@ -51,19 +67,10 @@ def retrieval_chart(doc: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    systems = list(doc["systems"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    width = 0.8 / max(len(systems), 1)
     for ax, k in zip(axes, (5, 10), strict=True):
-        for n, name in enumerate(systems):
-            row = doc["systems"][name][f"recall@{k}"]
-            values = [row[c] or 0.0 for c in COLUMNS]
-            ax.bar([x + n * width for x in range(len(COLUMNS))], values, width, label=name)
-        ax.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(COLUMNS))])
-        ax.set_xticklabels([f"{c}\n{CATEGORY_NAMES.get(c, '')}" for c in COLUMNS])
-        ax.set_title(f"evidence recall@{k}")
-        ax.set_ylim(0, 1)
-        ax.grid(axis="y", alpha=0.3)
+        rows = {name: res[f"recall@{k}"] for name, res in doc["systems"].items()}
+        category_bars(ax, rows, COLUMNS, f"evidence recall@{k}")
     axes[0].legend(loc="upper left", fontsize=8)
     fig.suptitle("LoCoMo retrieval (original evidence)")
     fig.tight_layout()
