@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memstrata.memory import Conversation, Edge, Embedder, Session, Store, Turn
+from memstrata.memory.models import with_caption
 from pydantic import BaseModel, Field
 
 _EVIDENCE_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
@@ -259,6 +260,9 @@ def load_conversation(
                                       conversation_id=conv.sample_id, index=index,
                                       started_at=date))
         ids = store.add_turns(turns)
+        # The whole conversation also as one blob: what an RLM searches through a BlobRef.
+        store.blobs.put(user, conv.sample_id, transcript(turns),
+                        {"kind": "conversation", "turns": len(turns)})
         store.add_edges(
             Edge(user_id=user, src=a, dst=b, relation="follows")
             for a, b, ta, tb in zip(ids, ids[1:], turns, turns[1:], strict=False)
@@ -271,6 +275,22 @@ def load_conversation(
     stats.conversations += 1
     stats.turns += len(turns)
     return ids
+
+
+def transcript(turns: list[Turn]) -> str:
+    """A conversation as plain text: a header per session (with its date), then one line
+    per turn, ``[D3:7] Caroline: text [image: caption]``."""
+    lines: list[str] = []
+    session = None
+    for turn in turns:
+        if turn.session_id != session:
+            session = turn.session_id
+            when = f" · {turn.event_time:%-d %B %Y, %H:%M}" if turn.event_time else ""
+            if lines:
+                lines.append("")
+            lines.append(f"=== {session.replace('_', ' ')}{when} ===")
+        lines.append(f"[{turn.turn_id}] {turn.speaker}: {with_caption(turn.text, turn.metadata)}")
+    return "\n".join(lines) + "\n"
 
 
 def load_locomo(

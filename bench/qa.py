@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from itertools import zip_longest
@@ -30,11 +29,13 @@ from memstrata.memory import Embedder, Retriever, SearchWeights, Store
 from memstrata.packers import MemoryLine, from_hits, pack, render
 from memstrata.programs import QA, ModelHandle, ProgramParseError
 from memstrata.programs.judge import AnswerJudge
+from memstrata.trajectories import Recorder
 from pydantic import BaseModel
 from tqdm import tqdm
 
 from .baselines import TOKENIZERS, BM25Index
 from .locomo import LoCoMoConversation, Question, apply_audit, load_locomo, read_locomo
+from .qa_metrics import score_answer
 from .qa_scores import summarise
 
 SYSTEMS = ("memstrata", "naive_rag", "no_memory", "full_context")
@@ -185,9 +186,18 @@ def _reserved(handle: ModelHandle, settings: QASettings, questions: list[Questio
     return scaffold + longest + output + settings.margin
 
 
+class Context(BaseModel):
+    """What one system put in front of the model for one question, for the run record."""
+
+    text: str
+    retrieved: list[str] = []
+    packed: list[str] = []
+    note: str = ""
+
+
 def _contexts(store: Store, convs: list[LoCoMoConversation], questions: list[Question],
               handle: ModelHandle, settings: QASettings, embedder: Embedder | None,
-              weights: SearchWeights | None) -> tuple[dict[str, Callable[[Question], str]],
+              weights: SearchWeights | None) -> tuple[dict[str, Callable[[Question], Context]],
                                                        dict[str, Any]]:
     retriever = Retriever(store, embedder, weights)
     lines = {c.sample_id: _turn_lines(store, c) for c in convs}
@@ -197,40 +207,62 @@ def _contexts(store: Store, convs: list[LoCoMoConversation], questions: list[Que
     window_budget = max(handle.window - _reserved(handle, settings, questions), 0)
     full: dict[str, dict[str, Any]] = {}
 
-    def memstrata(q: Question) -> str:
+    def memstrata(q: Question) -> Context:
         hits = retriever.search(q.sample_id, q.question, k=settings.retrieve_k, nodes=("turn",))
-        return pack(from_hits(hits), settings.budget, handle.count_tokens).text
+        packed = pack(from_hits(hits), settings.budget, handle.count_tokens)
+        return Context(text=packed.text, retrieved=[h.turn_id or h.id for h in hits],
+                       packed=packed.ids)
 
-    def naive_rag(q: Question) -> str:
+    def naive_rag(q: Question) -> Context:
         ids = bm25[q.sample_id].search(q.question, settings.naive_k)
         chosen = [by_id[q.sample_id][i] for i in ids]
-        return pack(chosen, settings.budget, handle.count_tokens, resolve_times=False,
-                    dedupe=False).text
+        packed = pack(chosen, settings.budget, handle.count_tokens, resolve_times=False,
+                      dedupe=False)
+        return Context(text=packed.text, retrieved=list(ids), packed=packed.ids)
 
-    def full_context(q: Question) -> str:
+    def full_context(q: Question) -> Context:
         if q.sample_id not in full:
             full[q.sample_id] = _full_context(lines[q.sample_id], window_budget, handle)
-        return full[q.sample_id]["text"]
+        kept = full[q.sample_id]
+        return Context(text=kept["text"], note=f"last {kept['turns']} of {kept['of']} turns")
 
     builders = {"memstrata": memstrata, "naive_rag": naive_rag,
-                "no_memory": lambda q: NO_MEMORIES, "full_context": full_context}
+                "no_memory": lambda q: Context(text=NO_MEMORIES), "full_context": full_context}
     return builders, full
 
 
 def _answer(qa: QA, handle: ModelHandle, system: str, key: str, q: Question,
-            context: Callable[[Question], str]) -> Answer:
+            context: Callable[[Question], Context], store: Store, settings: QASettings
+            ) -> Answer:
+    """Answer one question with one system, recorded as a run in ``store``."""
     mark = handle.meter.mark()
     started = time.perf_counter()
-    memories = context(q)
-    context_tokens = handle.count_tokens(memories) if memories != NO_MEMORIES else 0
-    try:
-        with dspy.context(lm=handle.lm):
-            pred = qa(question=q.question, memories=memories)
-        answer, evidence, abstained, error = pred.answer, pred.evidence, pred.abstained, None
-    except (ProgramParseError, ContextWindowExceededError) as exc:
-        # Recorded and counted as a failure in the report, never dropped.
-        answer, evidence, abstained, error = "", [], False, str(exc)[:500]
-    usage = handle.meter.since(mark)
+    with Recorder(store, q.sample_id, f"qa.{system}", task=q.question,
+                  config={"system": system, "model": handle.name, **settings.model_dump()},
+                  layers=[] if system == "no_memory" else ["turns"]) as run:
+        built = context(q)
+        memories = built.text
+        context_tokens = handle.count_tokens(memories) if memories != NO_MEMORIES else 0
+        run.step("retrieve", system, input=q.question, output=built.retrieved,
+                 data={"ids": built.retrieved})
+        run.step("pack", system, output=built.packed,
+                 data={"ids": built.packed, "tokens": context_tokens, "note": built.note})
+        run.step("inject", "memories", output=memories, data={"tokens": context_tokens})
+        try:
+            with dspy.context(lm=handle.lm):
+                pred = qa(question=q.question, memories=memories)
+            answer, evidence, abstained, error = pred.answer, pred.evidence, pred.abstained, None
+        except (ProgramParseError, ContextWindowExceededError) as exc:
+            # Recorded and counted as a failure in the report, never dropped.
+            answer, evidence, abstained, error = "", [], False, str(exc)[:500]
+        usage = handle.meter.since(mark)
+        output = {"answer": answer, "evidence": evidence, "abstained": abstained}
+        verdict = score_answer(answer, q.answer, q.category) if not error else None
+        if error:
+            run.record.output, run.record.usage = output, usage.model_dump()
+            run.fail(RuntimeError(error))
+        else:
+            run.finish(output=output, verdict=verdict, usage=usage.model_dump())
     return Answer(key=key, system=system, qid=q.qid, answer=answer, evidence=evidence,
                   abstained=abstained, error=error, calls=usage.calls,
                   input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
@@ -311,8 +343,9 @@ def run_locomo_bench(
     answer_judge = AnswerJudge()
     results: dict[str, list[tuple[Question, Answer]]] = {s: [] for s in systems}
     order = {q.qid: n for n, q in enumerate(questions)}
-    with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(Path(tmp) / "locomo.db")
+    # The store stays in DIR: every answer run is recorded there (retrieved, packed and
+    # injected memories, LLM usage, F1), and the runs point at its state.
+    with Store.open(out / "locomo.db") as store:
         load_locomo(store, convs, embedder=embedder)
         builders, full = _contexts(store, convs, questions, handle, settings, embedder,
                                    weights)
@@ -320,7 +353,8 @@ def run_locomo_bench(
             key = f"{system}|{handle.name}|{q.qid}|{fingerprint}"
             record = cache.get(key)
             if record is None:
-                record = _answer(qa, handle, system, key, q, builders[system])
+                record = _answer(qa, handle, system, key, q, builders[system], store,
+                                 settings)
                 cache.put(record)
             if judge is not None and record.judge is None:
                 verdicts = {"original": _judge(answer_judge, judge, q, record.answer, False),
@@ -334,7 +368,6 @@ def run_locomo_bench(
         for q in questions:  # full-context truncation figures, even on a cached run
             if "full_context" in systems and q.sample_id not in full:
                 builders["full_context"](q)
-        store.close()
     return {
         "benchmark": "locomo-qa",
         "model": handle.name,

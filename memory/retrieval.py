@@ -62,6 +62,11 @@ class SearchWeights(BaseModel):
     rrf_k: int = Field(60, ge=1, description="RRF constant")
     pool: int = Field(200, ge=1, description="candidates taken from each channel")
     tag_cutoff: float = Field(85.0, ge=0, le=100, description="rapidfuzz ratio for a tag match")
+    common_share: float = Field(
+        0.1, ge=0, le=1, description="skip query terms in more than this share of an index's "
+        "rows (0 = never), once the index has common_min_docs rows")
+    common_min_docs: int = Field(
+        20_000, ge=0, description="index size from which common terms are skipped")
 
 
 class Retriever:
@@ -128,17 +133,18 @@ class Retriever:
                           ) -> list[tuple[float, list[tuple[str, float]]]]:
         """bm25, its feedback re-run, and bm25 within each named speaker's turns."""
         w = self.weights
+        common = {"common_share": w.common_share, "common_min_docs": w.common_min_docs}
         out: list[tuple[float, list[tuple[str, float]]]] = []
         if w.lexical:
             hits = self.store.lexical(user_id, qa.tokens, node=node, k=w.pool, filters=filters,
-                                       context_weight=w.context)
+                                       context_weight=w.context, **common)
             out.append((w.lexical, hits))
             top = [i for i, _ in hits[: w.feedback_docs]]
             extra = self._feedback_terms(user_id, top, qa) if w.feedback and hits else []
             if extra:
                 out.append((w.feedback, self.store.lexical(
                     user_id, qa.content_tokens + extra, node=node, k=w.pool, filters=filters,
-                    context_weight=w.context)))
+                    context_weight=w.context, **common)))
         if w.speaker_channels and node == "turn":
             for name in qa.speakers:
                 narrowed = Filters(
@@ -147,7 +153,7 @@ class Retriever:
                 )
                 out.append((w.speaker_channels, self.store.lexical(
                     user_id, qa.content_tokens, node=node, k=w.pool, filters=narrowed,
-                    context_weight=w.context)))
+                    context_weight=w.context, **common)))
         return out
 
     def _dense_channels(self, user_id: str, qa: QueryAnalysis, query_vec: np.ndarray,

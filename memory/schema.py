@@ -128,6 +128,76 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX embeddings_tenant ON embeddings (user_id, model);
         """,
     ),
+    (
+        4,
+        "blobs, runs, run steps, events",
+        """
+        CREATE TABLE blobs (
+            user_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            text TEXT NOT NULL,
+            chars INTEGER NOT NULL,
+            lines INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            recorded_at TEXT NOT NULL,
+            PRIMARY KEY (user_id, key)
+        );
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            agent_id TEXT,
+            program TEXT NOT NULL,
+            task TEXT NOT NULL DEFAULT '',
+            config TEXT NOT NULL DEFAULT '{}',
+            layers TEXT NOT NULL DEFAULT '[]',
+            git_commit TEXT,
+            db_state TEXT NOT NULL DEFAULT '{}',
+            output TEXT,
+            verdict TEXT,
+            usage TEXT NOT NULL DEFAULT '{}',
+            leakage TEXT NOT NULL DEFAULT '{}',
+            status TEXT NOT NULL DEFAULT 'running',
+            error TEXT,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            wall_s REAL
+        );
+        CREATE INDEX runs_tenant ON runs (user_id, started_at);
+        CREATE TABLE run_steps (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            name TEXT NOT NULL DEFAULT '',
+            input TEXT NOT NULL DEFAULT '',
+            output TEXT NOT NULL DEFAULT '',
+            output_chars INTEGER NOT NULL DEFAULT 0,
+            data TEXT NOT NULL DEFAULT '{}',
+            ms REAL,
+            at TEXT NOT NULL,
+            PRIMARY KEY (run_id, idx)
+        );
+        CREATE TABLE events (
+            id INTEGER PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            agent_id TEXT,
+            run_id TEXT,
+            payload TEXT NOT NULL,
+            recorded_at TEXT NOT NULL
+        );
+        CREATE INDEX events_tenant ON events (user_id, recorded_at);
+        """,
+    ),
+    (
+        5,
+        "fts vocabularies",
+        # Document frequencies straight from the FTS5 indexes: lets a query skip the
+        # terms that match a large share of a big index (see Store.lexical).
+        """
+        CREATE VIRTUAL TABLE turns_vocab USING fts5vocab(turns_fts, 'row');
+        CREATE VIRTUAL TABLE items_vocab USING fts5vocab(items_fts, 'row')
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -29,6 +29,7 @@ import numpy as np
 import sqlite_utils
 
 from . import text as textmod
+from .blobs import Blobs
 from .models import (
     ITEM_ADAPTER,
     Conversation,
@@ -40,7 +41,8 @@ from .models import (
     utcnow,
     with_caption,
 )
-from .schema import migrate
+from .runs import Runs
+from .schema import LATEST_VERSION, migrate
 
 TURN_PREFIX, ITEM_PREFIX = "t_", "i_"
 
@@ -156,6 +158,40 @@ class Store:
         conn.execute("PRAGMA busy_timeout = 5000")
         migrate(conn)
         return cls(conn, path)
+
+    @property
+    def blobs(self) -> Blobs:
+        """Large texts kept whole, read back in bounded pieces (see ``blobs.py``)."""
+        return Blobs(self)
+
+    @property
+    def runs(self) -> Runs:
+        """Run records and the event log (see ``runs.py``)."""
+        return Runs(self)
+
+    def state_pointer(self, user_id: str) -> dict[str, Any]:
+        """Where this tenant's data stood: enough to tell later whether a run's inputs
+        changed. Rows are only appended or superseded in normal use, so the highest rowids
+        mark the state; the digest over ids and update times catches edits and deletions."""
+        digest = hashlib.sha256()
+        for table, stamp in (("turns", "recorded_at"), ("items", "updated_at"),
+                             ("blobs", "sha256")):
+            key = "key" if table == "blobs" else "id"
+            for row in self.conn.execute(
+                    f"SELECT {key}, {stamp} FROM {table} WHERE user_id = ? ORDER BY {key}",
+                    (user_id,)):
+                digest.update(f"{table}|{row[0]}|{row[1]}\n".encode())
+        counts = {t: self.conn.execute(f"SELECT count(*), max(rowid) FROM {t} WHERE user_id = ?",
+                                       (user_id,)).fetchone()
+                  for t in ("turns", "items", "blobs", "edges")}
+        return {
+            "path": str(Path(self.path).resolve()) if self.path != ":memory:" else ":memory:",
+            "user_id": user_id,
+            "schema_version": LATEST_VERSION,
+            "rows": {t: c[0] for t, c in counts.items()},
+            "max_rowid": {t: c[1] or 0 for t, c in counts.items()},
+            "digest": digest.hexdigest()[:16],
+        }
 
     def close(self) -> None:
         """Close the connection."""
@@ -425,6 +461,13 @@ class Store:
                 ids.append(self._add_one(item, now))
         return ids
 
+    def duplicate_of(self, item: Item) -> str | None:
+        """The id of the stored item ``add`` would merge ``item`` into, or None."""
+        row = self.conn.execute(
+            "SELECT id FROM items WHERE user_id = ? AND kind = ? AND content_hash = ?",
+            (item.user_id, item.kind, content_hash(item))).fetchone()
+        return None if row is None else row[0]
+
     def _add_one(self, item: Item, now: datetime) -> str:
         digest = content_hash(item)
         existing = self.conn.execute(
@@ -684,11 +727,17 @@ class Store:
         k: int,
         filters: Filters | None = None,
         context_weight: float = 0.0,
+        common_share: float = 0.0,
+        common_min_docs: int = 0,
     ) -> list[tuple[str, float]]:
         """bm25 top-k over turns or items as [(id, score)] with higher = better.
 
-        ``context_weight`` is the bm25 weight of a turn's preceding-turn column.
+        ``context_weight`` is the bm25 weight of a turn's preceding-turn column. With
+        ``common_share`` > 0, an index of at least ``common_min_docs`` rows skips query
+        terms found in more than that share of its rows (the rarest term always stays).
         """
+        if common_share > 0:
+            query_tokens = self._drop_common(query_tokens, node, common_share, common_min_docs)
         match = textmod.fts_match(
             query_tokens, tenant_token=tenant_token(user_id),
             columns="body context" if node == "turn" and context_weight else "body",
@@ -717,6 +766,27 @@ class Store:
             )
             rows = self.conn.execute(sql, [match, k, user_id])
         return [(i, -s) for i, s in rows]
+
+    def _drop_common(self, tokens: list[str], node: str, share: float, min_docs: int
+                     ) -> list[str]:
+        """``tokens`` less those in more than ``share`` of the index's rows, in a big index.
+
+        Such a term costs the most (FTS5 scores every row it matches: a quarter of a 100k
+        index for one Zipf-common word) and adds the least (its bm25 idf is near zero).
+        """
+        table = "turns_fts" if node == "turn" else "items_fts"
+        total = self._cached(("fts_rows", table),
+                             lambda: self.conn.execute(f"SELECT count(*) FROM {table}"
+                                                       ).fetchone()[0])
+        if total < max(min_docs, 1) or len(tokens) < 2:
+            return tokens
+        vocab = "turns_vocab" if node == "turn" else "items_vocab"
+        df = {}
+        for token in set(tokens):
+            df[token] = self._cached(("df", vocab, token), lambda t=token: (self.conn.execute(
+                f"SELECT doc FROM {vocab} WHERE term = ?", (t,)).fetchone() or (0,))[0])
+        kept = [t for t in tokens if df[t] <= share * total]
+        return kept or [min(tokens, key=df.__getitem__)]
 
     def allowed_ids(self, user_id: str, filters: Filters) -> set[str]:
         """Ids of the tenant's turns and items that pass ``filters``."""

@@ -172,6 +172,239 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model(args: argparse.Namespace):
+    """The model a command runs on (``--lm``/``--api-base``/``--n-ctx``)."""
+    from memstrata.programs import setup_lm
+
+    return setup_lm(args.lm, api_base=args.api_base, n_ctx=args.n_ctx,
+                    max_tokens=args.max_tokens)
+
+
+def _executor_settings(args: argparse.Namespace, **fixed: object):
+    from pydantic import ValidationError
+
+    from memstrata.programs import ExecutorSettings
+
+    try:
+        return ExecutorSettings(
+            executor=args.executor, interpreter=args.interpreter, max_iters=args.max_iters,
+            max_llm_calls=args.max_llm_calls, max_output_chars=args.max_output_chars,
+            **fixed)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise SystemExit(f"memstrata: --{str(first['loc'][0]).replace('_', '-')}: "
+                         f"{first['msg']}") from None
+
+
+def _context_refs(session, keys: list[str] | None) -> dict:
+    """The blobs an executor gets as variables: the named ones, or all of the user's."""
+    import re
+
+    store = session.binding.store
+    available = store.blobs.keys(session.user_id)
+    keys = keys if keys is not None else available
+    if len(keys) > 5:
+        raise SystemExit(f"memstrata: user {session.user_id!r} has {len(keys)} blobs; name "
+                         "up to 5 with --blob")
+    refs = {}
+    for key in keys:
+        if key not in available:
+            raise SystemExit(f"memstrata: no blob {key!r} for user {session.user_id!r}; "
+                             f"blobs: {', '.join(available) or 'none'}")
+        name = re.sub(r"\W", "_", key)
+        refs[name if name[:1].isalpha() else f"blob_{name}"] = session.ref(key)
+    return refs
+
+
+def _show_run(run, user: str) -> None:
+    """An executor run's steps, tool calls and figures, for people."""
+    for step in run.steps:
+        head = f"── iteration {step['iteration']}"
+        if step.get("context_chars"):
+            head += f" · prompt {step['context_chars']:,} chars"
+        print(head)
+        if step.get("reasoning"):
+            print(f"reasoning: {step['reasoning']}")
+        print("code:\n  " + str(step.get("code", "")).replace("\n", "\n  "))
+        for call in step.get("tools", []):
+            args = ", ".join(f"{k}={v}" for k, v in call["args"].items())
+            note = f"refused: {call['error']}" if call["error"] else \
+                f"{call['result_chars']:,} chars" + (f", ids {call['ids'][:5]}" if call["ids"]
+                                                     else "")
+            print(f"  → {call['name']}({args}) {call['ms']} ms, {note}")
+        output = str(step.get("output", ""))
+        cut = output if len(output) <= 800 else output[:800] + f"… ({len(output):,} chars)"
+        print("output:\n  " + cut.replace("\n", "\n  "))
+    lk, usage = run.leakage, run.usage
+    print("──")
+    if run.error:
+        print(f"failed: {run.error}")
+    print(f"answer: {run.answer or '(none)'}")
+    print(f"converged: {run.converged} · iterations {lk.iterations} · LLM calls {usage.calls} "
+          f"({usage.input_tokens:,} in / {usage.output_tokens:,} out tokens) · "
+          f"sub-calls {lk.sub_calls} · tool calls {lk.tool_calls} · "
+          f"stdout {lk.stdout_chars:,} chars · {run.wall_s} s")
+    print(f"recorded as run {run.run_id} (memstrata runs show {run.run_id} --user {user})")
+
+
+def cmd_rlm(args: argparse.Namespace) -> int:
+    """Run one executor session (RLM by default) on a question about one user's memories,
+    with the handle tools bound to that user, and show its steps. The run is recorded in
+    the store (see 'memstrata runs'). Code runs in the offline Deno/Pyodide sandbox unless
+    --interpreter local is given (which is NOT a sandbox)."""
+    from memstrata.memory import Store
+    from memstrata.programs import run_executor
+    from memstrata.programs.sandbox import LOCAL_WARNING
+    from memstrata.tools import ToolSession
+
+    if not args.question.strip():
+        raise SystemExit("memstrata: the question is empty")
+    if not Path(args.db).exists():
+        raise SystemExit(f"memstrata: no store at {args.db} (create one with 'memstrata load')")
+    settings = _executor_settings(args)
+    if settings.interpreter == "local":
+        print(f"memstrata: warning: {LOCAL_WARNING}", file=sys.stderr)
+    with Store.open(args.db) as store:
+        if not any(store.counts(args.user).values()) and not store.blobs.keys(args.user):
+            raise SystemExit(f"memstrata: user {args.user!r} has nothing stored in {args.db}")
+        session = ToolSession(store, args.user)
+        context = _context_refs(session, args.blob)
+        run = run_executor(args.question, session, _model(args), settings, context=context)
+    if args.json:
+        print(run.model_dump_json(indent=2))
+    else:
+        _show_run(run, args.user)
+    return 1 if run.error else 0
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    """Install or check the RLM sandbox: Pyodide from npm (once), run by Deno from PyPI,
+    started with no network. 'install' needs the npm registry (or --from a tarball made
+    by 'npm pack pyodide@VERSION'); 'check' starts the sandbox offline and runs code."""
+    import time
+
+    from memstrata.programs.sandbox import (
+        check_deno,
+        deno_binary,
+        install_sandbox,
+        runner_imports,
+        sandbox_factory,
+        sandbox_paths,
+    )
+
+    if args.action == "install":
+        paths = install_sandbox(args.from_tarball, force=args.force)
+        print(json.dumps({"installed": str(paths.root), "pyodide": runner_imports()[0]}))
+        return 0
+    paths = sandbox_paths()
+    started = time.perf_counter()
+    interpreter = sandbox_factory()()
+    try:
+        out = interpreter.execute("import sys\nprint(sys.version.split()[0], 6 * 7)").strip()
+    finally:
+        interpreter.shutdown()
+    print(json.dumps({"ok": out.endswith("42"), "python": out.split()[0],
+                      "deno": check_deno(deno_binary()), "pyodide": runner_imports()[0],
+                      "files": str(paths.root),
+                      "start_and_run_s": round(time.perf_counter() - started, 2)}))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """Recorded runs: list them, show one with its steps, or export them as JSONL."""
+    from memstrata.memory import Store
+    from memstrata.trajectories import export_jsonl
+
+    if not Path(args.db).exists():
+        raise SystemExit(f"memstrata: no store at {args.db}")
+    with Store.open(args.db) as store:
+        if args.action == "export":
+            n = export_jsonl(store, args.out, user_id=args.user, limit=args.limit)
+            print(json.dumps({"runs": n, "file": args.out}))
+        elif args.action == "show":
+            if not args.user:
+                raise SystemExit("memstrata: runs show needs --user (runs are per user)")
+            run = store.runs.get(args.user, args.run_id)
+            if run is None:
+                raise SystemExit(f"memstrata: no run {args.run_id!r} for user {args.user!r}")
+            doc = run.model_dump(mode="json")
+            doc["steps"] = [s.model_dump(mode="json", exclude={"run_id"})
+                            for s in store.runs.steps(args.user, args.run_id)]
+            print(json.dumps(doc, indent=2, ensure_ascii=False))
+        else:
+            for run in store.runs.list(args.user, limit=args.limit):
+                print(json.dumps({"id": run.id, "user": run.user_id, "program": run.program,
+                                  "status": run.status, "started_at": str(run.started_at),
+                                  "wall_s": run.wall_s, "task": run.task[:80]}))
+    return 0
+
+
+def cmd_bench_leakage(args: argparse.Namespace) -> int:
+    """E7, the prompt-leakage ablation: LoCoMo questions answered by an executor that must
+    search the whole conversation (one blob), once with naive tools (full payloads, no
+    caps) and once with the handle tools, on the same model and budgets. Writes
+    leakage.json, leakage.md, leakage.png and every run's trajectory (leakage.db)."""
+    from memstrata.bench.leakage import leakage_table, run_leakage_bench, write_leakage_outputs
+    from memstrata.bench.policy import NAME, SearchReadPolicy
+    from memstrata.programs import setup_lm
+
+    settings = _executor_settings(args)
+    cats = _csv(args.categories, "--categories", int)
+    convs = _csv(args.conversations, "--conversations")
+    handle = setup_lm(NAME, engine=SearchReadPolicy()) if args.lm == NAME else _model(args)
+    try:
+        doc = run_leakage_bench(args.data, handle, args.out, settings=settings,
+                                limit=args.limit, categories=set(cats) if cats else None,
+                                conversations=set(convs) if convs else None)
+    except ValueError as exc:
+        raise SystemExit(f"memstrata: {exc}") from None
+    paths = write_leakage_outputs(doc, args.out)
+    print(leakage_table(doc))
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def cmd_bench_tools(args: argparse.Namespace) -> int:
+    """Latency of every handle tool through a bound session, at N items (plus a 1M-char
+    blob), with a bare Store.get measured in the same run as the floor."""
+    from memstrata.bench.tool_latency import run_tool_bench, tool_table
+
+    if args.items < 1000 or args.calls < 1:
+        raise SystemExit("memstrata: --items must be >= 1000 and --calls >= 1")
+    doc = run_tool_bench(args.items, args.calls, seed=args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tools.json").write_text(json.dumps(doc, indent=2))
+    (out / "tools.md").write_text(tool_table(doc) + "\n")
+    print(tool_table(doc))
+    print(f"wrote {out / 'tools.json'}, {out / 'tools.md'}")
+    return 0
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lm", default="local/smollm2",
+                   help="the model: local/smollm2 (embedded, offline; default), "
+                   "local/PATH.gguf, or any litellm provider/model (keys from the environment)")
+    p.add_argument("--api-base", help="server address for --lm (Ollama, vLLM, llama.cpp)")
+    p.add_argument("--n-ctx", type=int, default=8192,
+                   help="context window of a local model in tokens (default 8192)")
+    p.add_argument("--max-tokens", type=int, default=512,
+                   help="longest output per LLM call (default 512: room for a code step)")
+
+
+def _add_executor_args(p: argparse.ArgumentParser, max_output_chars: int) -> None:
+    p.add_argument("--executor", default="rlm", choices=("rlm", "react", "scratchpad"),
+                   help="dspy.RLM (default), dspy.ReAct, or the scratchpad executor")
+    p.add_argument("--interpreter", default="sandbox", choices=("sandbox", "local"),
+                   help="where code runs: the offline Deno/Pyodide sandbox (default) or "
+                   "dspy.LocalInterpreter, which is NOT a sandbox")
+    p.add_argument("--max-iters", type=int, default=5, help="most iterations (default 5)")
+    p.add_argument("--max-llm-calls", type=int, default=4,
+                   help="most sub-LLM calls from the agent's code (default 4)")
+    p.add_argument("--max-output-chars", type=int, default=max_output_chars,
+                   help=f"printed output shown back per step (default {max_output_chars:,})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(
@@ -208,7 +441,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="one tenant only")
     p.set_defaults(func=cmd_stats)
 
-    bench = sub.add_parser("bench", help="benchmarks (retrieval, locomo, scale)",
+    p = sub.add_parser("rlm", help="one RLM (or ReAct, scratchpad) session over a user's "
+                       "memories, steps shown", description=cmd_rlm.__doc__)
+    p.add_argument("question")
+    p.add_argument("--user", required=True, help="the tenant whose memories the tools see")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--blob", action="append", help="a blob key to hand over as a BlobRef "
+                   "(repeatable; default: all of the user's blobs, at most 5)")
+    p.add_argument("--json", action="store_true", help="print the run as JSON")
+    _add_model_args(p)
+    _add_executor_args(p, 2000)
+    p.set_defaults(func=cmd_rlm)
+
+    p = sub.add_parser("sandbox", help="install or check the offline RLM sandbox",
+                       description=cmd_sandbox.__doc__)
+    p.add_argument("action", choices=("install", "check"))
+    p.add_argument("--from", dest="from_tarball", metavar="TGZ",
+                   help="install from a pyodide-VERSION.tgz instead of the npm registry")
+    p.add_argument("--force", action="store_true", help="reinstall even if present")
+    p.set_defaults(func=cmd_sandbox)
+
+    p = sub.add_parser("runs", help="recorded runs: list, show, export as JSONL",
+                       description=cmd_runs.__doc__)
+    p.add_argument("action", choices=("list", "show", "export"))
+    p.add_argument("run_id", nargs="?", help="the run to show")
+    p.add_argument("--user", help="one tenant only (required by show)")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--out", default="runs.jsonl", help="export file (default runs.jsonl)")
+    p.add_argument("-n", "--limit", type=int, default=50, help="newest N runs (default 50)")
+    p.set_defaults(func=cmd_runs)
+
+    bench = sub.add_parser("bench", help="benchmarks (retrieval, locomo, scale, leakage, tools)",
                            description="Benchmarks; each writes JSON and a PNG chart to --out.")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
 
@@ -265,6 +528,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rank-bm25 runs on at most this many items (default 100000)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_bench_scale)
+
+    p = bsub.add_parser("leakage", help="E7: naive vs handle tools, same model and budgets",
+                        description=cmd_bench_leakage.__doc__)
+    p.add_argument("--data", default=str(_SHARED / "locomo_dev.json"),
+                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
+    p.add_argument("--limit", type=int, default=10,
+                   help="questions, spread over conversations and categories (default 10)")
+    p.add_argument("--conversations", help="comma-separated sample ids")
+    p.add_argument("--categories", help="comma-separated categories (default 1,2,3,4)")
+    p.add_argument("--out", default="out", help="output folder (default ./out)")
+    _add_model_args(p)
+    p.set_defaults(lm="local/smollm2")
+    p.epilog = ("--lm policy/search-read runs a scripted tool-using policy instead of a "
+                "model: the same code in both arms, so the tool contract alone differs.")
+    _add_executor_args(p, 10_000)
+    p.set_defaults(func=cmd_bench_leakage)
+
+    p = bsub.add_parser("tools", help="latency of every handle tool at N items",
+                        description=cmd_bench_tools.__doc__)
+    p.add_argument("--items", type=int, default=100_000, help="items in the store (default 100k)")
+    p.add_argument("--calls", type=int, default=200, help="calls per tool (default 200)")
+    p.add_argument("--out", default="out", help="output folder (default ./out)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_bench_tools)
     return parser
 
 

@@ -136,3 +136,13 @@ def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature
                  callbacks=[meter], **kwargs)
     count, tokenizer = _litellm_counter(choice)
     return ModelHandle(choice, lm, _litellm_window(choice), count, tokenizer, meter)
+
+
+def wrap_lm(lm: dspy.BaseLM, name: str | None = None, window: int = FALLBACK_WINDOW
+            ) -> ModelHandle:
+    """A ``ModelHandle`` around an LM built elsewhere (``dspy.utils.DummyLM`` in tests, or
+    a user's own ``dspy.LM``): a meter is attached so its calls are counted too."""
+    meter = CallMeter()
+    lm.callbacks = [*(getattr(lm, "callbacks", None) or []), meter]
+    return ModelHandle(name or str(getattr(lm, "model", "lm")), lm, window,
+                       _approximate_tokens, "estimate (3 chars/token)", meter)

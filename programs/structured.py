@@ -94,6 +94,15 @@ class CompactJSONAdapter(dspy.JSONAdapter):
     def _prepare_response_format(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any) -> None:
         super()._prepare_response_format(lm, lm_kwargs, signature)
         fmt = lm_kwargs.get("response_format")
+        if fmt == {"type": "json_object"} and str(getattr(lm, "model", "")).startswith("local/"):
+            # DSPy drops to schema-less JSON mode when an output is an open mapping (ReAct's
+            # tool args): strict APIs reject open objects. llama.cpp's grammar takes them,
+            # and without a schema a small model answers with the wrong keys.
+            lm_kwargs["response_format"] = pydantic.create_model(
+                "Outputs", **{name: (Annotated[(f.annotation, *f.metadata)] if f.metadata
+                                     else f.annotation, ...)
+                              for name, f in signature.output_fields.items()})
+            return
         if not (isinstance(fmt, type) and issubclass(fmt, pydantic.BaseModel)):
             return  # JSON mode, or no response_format at all: nothing to bound
         # DSPy's own builder (all keys required, no extra keys: what strict structured
@@ -118,6 +127,11 @@ class StructuredPredict(dspy.Module):
         super().__init__()
         self.predict = dspy.Predict(signature)
         self.name = name
+
+    @property
+    def signature(self) -> type[dspy.Signature]:
+        """The signature predicted (what ``dspy.RLM`` reads off its action predictor)."""
+        return self.predict.signature
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
         """Predict; on a parse failure retry once, then raise ``ProgramParseError``."""

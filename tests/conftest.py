@@ -206,3 +206,72 @@ def scripted() -> Callable[..., Any]:
         return setup_lm(name, engine=ScriptedEngine(reply))
 
     return make
+
+
+class InProcessInterpreter:
+    """A test double for DSPy's sandbox: runs code with ``exec`` in one persistent
+    namespace, tools as globals, ``SUBMIT`` ending the run. Not a sandbox; tests only."""
+
+    def __init__(self) -> None:
+        self.tools: dict[str, Callable[..., Any]] = {}
+        self.output_fields: list[dict[str, Any]] | None = None
+        self.namespace: dict[str, Any] = {}
+        self.executed: list[str] = []
+        self.shut = False
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
+        """Run ``code``; return what it printed, or ``FinalOutput`` if it called SUBMIT."""
+        import contextlib
+        import io
+
+        from dspy.primitives.code_interpreter import CodeExecutionError, FinalOutput
+
+        class _Submit(Exception):
+            pass
+
+        def submit(*args: Any, **kwargs: Any) -> None:
+            raise _Submit(kwargs or {"answer": args[0] if args else None})
+
+        self.executed.append(code)
+        self.namespace.update({name: self._bridge(tool) for name, tool in self.tools.items()})
+        self.namespace.update(variables or {})
+        self.namespace["SUBMIT"] = submit
+        buffer = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buffer):
+                exec(compile(code, "<agent>", "exec"), self.namespace)
+        except _Submit as done:
+            return FinalOutput(done.args[0])
+        except SyntaxError:
+            raise
+        except Exception as exc:
+            raise CodeExecutionError(f"{type(exc).__name__}: {exc}") from exc
+        return buffer.getvalue()
+
+    def shutdown(self) -> None:
+        """Mark it shut."""
+        self.shut = True
+
+    @staticmethod
+    def _bridge(tool: Callable[..., Any]) -> Callable[..., Any]:
+        """Call a host tool as the sandbox does: arguments bound to names by the tool's
+        signature, both ways through JSON."""
+        import inspect
+
+        signature = inspect.signature(tool)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            sent = json.loads(json.dumps(bound.arguments))
+            return json.loads(json.dumps(tool(**sent)))
+
+        return call
+
+
+@pytest.fixture
+def interpreter() -> InProcessInterpreter:
+    """One in-process interpreter (a mock sandbox)."""
+    return InProcessInterpreter()

@@ -1,5 +1,15 @@
-"""Run records (config, steps, tool calls, retrieved ids, verdicts) and the closed loop.
+"""Run records (config, steps, tool calls, retrieved ids, verdicts) and leakage figures.
 
-Empty until the tools issue lands: the package exists so the layout and namespace are
-fixed from the first release.
+``Recorder`` writes one run to the store's ``runs``/``run_steps`` tables, redacting
+secrets and noting the git commit and the database state it read; ``export_jsonl``
+writes runs out; ``Leakage`` holds the prompt-leakage instrumentation of a run.
 """
+
+from .export import export_jsonl
+from .leakage import Leakage, measure
+from .provenance import code_version, git_commit
+from .recorder import Recorder
+from .redact import MASK, redact, redact_text
+
+__all__ = ["MASK", "Leakage", "Recorder", "code_version", "export_jsonl", "git_commit",
+           "measure", "redact", "redact_text"]

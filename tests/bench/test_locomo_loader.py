@@ -288,3 +288,19 @@ def test_apply_audit_rejects_malformed_entries(quirky, write_json, entries: str)
     path = write_json("bad_audit.json", entries)
     with pytest.raises(LoCoMoError, match=r"bad_audit\.json"):
         apply_audit(read_locomo(quirky), path)
+
+
+def test_each_conversation_is_also_one_transcript_blob(write_json, store) -> None:
+    from memstrata.bench.locomo import load_locomo, read_locomo
+
+    from tests.conftest import locomo_record
+
+    convs = read_locomo(write_json("t.json", [locomo_record("conv-7")]))
+    load_locomo(store, convs)
+    text = store.blobs.text("conv-7", "conv-7")
+    assert text.startswith("=== session 1 · 8 May 2023, 13:56 ===\n[D1:1] Alice: I adopted")
+    assert "[D1:3] Alice: Here is my new garden. [shares a photo:" in text
+    assert "\n\n=== session 2 · 9 May 2023, 13:56 ===\n[D2:1] Bob:" in text
+    assert store.blobs.info("conv-7", "conv-7").metadata == {"kind": "conversation", "turns": 5}
+    load_locomo(store, convs)  # reloading replaces it
+    assert store.blobs.keys("conv-7") == ["conv-7"]

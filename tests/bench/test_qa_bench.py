@@ -185,3 +185,22 @@ def test_a_prompt_over_the_window_is_recorded_as_a_failure(data, tmp_path, scrip
                            systems=("full_context", "no_memory"), progress=False)
     assert doc["systems"]["full_context"]["failures"] == len(QA_ITEMS) + 2
     assert doc["systems"]["no_memory"]["failures"] == 0
+
+
+def test_every_answer_is_a_recorded_run(data, tmp_path, scripted):
+    from memstrata.memory import Store
+
+    run_locomo_bench(data, scripted(reader), tmp_path / "out", progress=False,
+                     systems=("memstrata", "no_memory"))
+    with Store.open(tmp_path / "out" / "locomo.db") as store:
+        runs = store.runs.list("conv-1", limit=100)
+        assert len(runs) == 2 * 5 and {r.program for r in runs} == {"qa.memstrata",
+                                                                    "qa.no_memory"}
+        run = next(r for r in runs if r.program == "qa.memstrata"
+                   and r.task == "What pet did Alice adopt?")
+        assert run.status == "ok" and run.verdict["f1"] == 1.0 and run.usage["calls"] == 1
+        assert run.output["answer"] == "a guinea pig" and run.layers == ["turns"]
+        steps = {s.kind: s for s in store.runs.steps("conv-1", run.id)}
+        assert set(steps) == {"retrieve", "pack", "inject"}
+        assert "D1:1" in steps["retrieve"].data["ids"] and "D1:1" in steps["pack"].data["ids"]
+        assert "guinea pig" in steps["inject"].output and steps["inject"].data["tokens"] > 0

@@ -251,3 +251,19 @@ def test_feedback_finds_an_instance_the_question_only_names_by_category(store: S
     found = [h.turn_id for h in Retriever(store, weights=on).search(U, "hobbies")]
     assert found[:2] == ["D0:1", "D1:1"] or found[:2] == ["D1:1", "D0:1"]
     assert "D2:1" in found and "D3:1" not in found
+
+
+def test_a_big_index_skips_terms_most_rows_share(store: Store) -> None:
+    from memstrata.memory import FactItem
+
+    store.add_many(FactItem(user_id="u", text=f"common filler note {i}") for i in range(40))
+    store.add(FactItem(user_id="u", text="common rare zebra sighting"))
+    with_pruning = dict(node="item", k=50, common_share=0.5, common_min_docs=10)
+    # "common" is in every row: skipped, so only the zebra row is scored at all.
+    hits = store.lexical("u", ["common", "zebra"], **with_pruning)
+    assert len(hits) == 1 and store.get("u", hits[0][0]).text.startswith("common rare zebra")
+    assert len(store.lexical("u", ["common", "zebra"], node="item", k=50)) == 41
+    # A query of common terms only keeps its rarest one; a small index is never pruned.
+    assert len(store.lexical("u", ["common", "filler"], **with_pruning)) == 40
+    assert len(store.lexical("u", ["common", "zebra"], node="item", k=50, common_share=0.5,
+                             common_min_docs=1000)) == 41

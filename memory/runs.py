@@ -1,0 +1,159 @@
+"""Run records: the ``runs``, ``run_steps`` and ``events`` tables.
+
+The trajectories package decides what a run records; this module only stores it. Every
+run carries its tenant; steps belong to a run and leave with it. JSON-valued fields are
+stored as text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .models import UTCDateTime, utcnow
+
+if TYPE_CHECKING:
+    from .store import Store
+
+RunStatus = Literal["running", "ok", "error"]
+
+
+class RunRecord(BaseModel):
+    """One run of a program or executor."""
+
+    id: str
+    user_id: str
+    agent_id: str | None = None
+    program: str
+    task: str = ""
+    config: dict[str, Any] = Field(default_factory=dict)
+    layers: list[str] = Field(default_factory=list)
+    git_commit: str | None = None
+    db_state: dict[str, Any] = Field(default_factory=dict)
+    output: Any = None
+    verdict: Any = None
+    usage: dict[str, Any] = Field(default_factory=dict)
+    leakage: dict[str, Any] = Field(default_factory=dict)
+    status: RunStatus = "running"
+    error: str | None = None
+    started_at: UTCDateTime
+    finished_at: UTCDateTime | None = None
+    wall_s: float | None = None
+
+
+class StepRecord(BaseModel):
+    """One step of a run: a retrieval, a packing, an iteration, code, a tool call, an LLM
+    call or a verdict. ``input``/``output`` are bounded previews; ``output_chars`` is the
+    full size of what the step produced."""
+
+    run_id: str = ""
+    idx: int = 0
+    kind: str
+    name: str = ""
+    input: str = ""
+    output: str = ""
+    output_chars: int = 0
+    data: dict[str, Any] = Field(default_factory=dict)
+    ms: float | None = None
+    at: UTCDateTime | None = None
+
+
+_JSON_RUN_FIELDS = ("config", "layers", "db_state", "output", "verdict", "usage", "leakage")
+
+
+def _run(row: dict[str, Any]) -> RunRecord:
+    for name in _JSON_RUN_FIELDS:
+        row[name] = None if row[name] is None else json.loads(row[name])
+    for name, empty in (("config", {}), ("layers", []), ("db_state", {}), ("usage", {}),
+                        ("leakage", {})):
+        if row[name] is None:
+            row[name] = empty
+    return RunRecord.model_validate(row)
+
+
+class Runs:
+    """The run tables of one store (reach them as ``store.runs``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def start(self, run: RunRecord) -> None:
+        """Insert a new run row."""
+        row = run.model_dump(mode="json")
+        for name in _JSON_RUN_FIELDS:
+            row[name] = json.dumps(row[name])
+        cols = ", ".join(row)
+        with self.store.transaction():
+            self.store.conn.execute(
+                f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * len(row))})",
+                list(row.values()))
+
+    def finish(self, run: RunRecord) -> None:
+        """Write a run's outcome (output, verdict, usage, leakage, status, times)."""
+        data = run.model_dump(mode="json")
+        names = ("output", "verdict", "usage", "leakage", "status", "error", "finished_at",
+                 "wall_s", "config", "layers")
+        values = [json.dumps(data[n]) if n in _JSON_RUN_FIELDS else data[n] for n in names]
+        with self.store.transaction():
+            self.store.conn.execute(
+                f"UPDATE runs SET {', '.join(f'{n} = ?' for n in names)}"
+                " WHERE id = ? AND user_id = ?", [*values, run.id, run.user_id])
+
+    def add_steps(self, run_id: str, steps: list[StepRecord]) -> None:
+        """Append steps to a run (their ``idx`` must be new for that run)."""
+        if not steps:
+            return
+        rows = []
+        for step in steps:
+            row = step.model_dump(mode="json")
+            row["run_id"] = run_id
+            row["data"] = json.dumps(row["data"])
+            row["at"] = row["at"] or utcnow().isoformat()
+            rows.append(row)
+        cols = list(rows[0])
+        with self.store.transaction():
+            self.store.conn.executemany(
+                f"INSERT INTO run_steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                [[r[c] for c in cols] for r in rows])
+
+    def get(self, user_id: str, run_id: str) -> RunRecord | None:
+        """One run of this tenant, or None."""
+        rows = self.store._q("SELECT * FROM runs WHERE user_id = ? AND id = ?", (user_id, run_id))
+        return _run(rows[0]) if rows else None
+
+    def list(self, user_id: str | None = None, limit: int = 50) -> list[RunRecord]:
+        """The newest runs (of one tenant, or of all when exporting a whole database)."""
+        where, args = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
+        rows = self.store._q(f"SELECT * FROM runs {where} ORDER BY started_at DESC, id LIMIT ?",
+                             [*args, limit])
+        return [_run(r) for r in rows]
+
+    def steps(self, user_id: str, run_id: str) -> list[StepRecord]:
+        """A run's steps in order (empty if the run is not this tenant's)."""
+        rows = self.store._q(
+            "SELECT s.* FROM run_steps s JOIN runs r ON r.id = s.run_id"
+            " WHERE r.user_id = ? AND s.run_id = ? ORDER BY s.idx", (user_id, run_id))
+        for row in rows:
+            row["data"] = json.loads(row["data"])
+        return [StepRecord.model_validate(r) for r in rows]
+
+    def log_event(self, user_id: str, payload: Any, *, agent_id: str | None = None,
+                  run_id: str | None = None) -> int:
+        """Append one event (any JSON value) for a tenant; returns its id."""
+        with self.store.transaction():
+            cur = self.store.conn.execute(
+                "INSERT INTO events (user_id, agent_id, run_id, payload, recorded_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (user_id, agent_id, run_id, json.dumps(payload), utcnow().isoformat()))
+        return int(cur.lastrowid or 0)
+
+    def events(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        """A tenant's newest events."""
+        rows = self.store._q(
+            "SELECT id, agent_id, run_id, payload, recorded_at FROM events WHERE user_id = ?"
+            " ORDER BY id DESC LIMIT ?", (user_id, limit))
+        for row in rows:
+            row["payload"] = json.loads(row["payload"])
+        return rows

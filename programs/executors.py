@@ -1,0 +1,264 @@
+"""Executors over one tool session: ``dspy.RLM``, ``dspy.ReAct`` and the scratchpad.
+
+``run_executor`` builds the executor with a tenant-bound tool session, runs it on the
+configured LM, and records the run (``trajectories.Recorder``): each iteration's prompt
+size, reasoning, code and output, every tool call with the ids it returned, the LLM calls
+and tokens, and the leakage figures. Every step and final predictor goes through
+``StructuredPredict`` (constrained JSON, one retry, then a specific error), as every
+memstrata program does; small models otherwise break RLM's free-text format.
+
+The RLM and scratchpad run code in the offline Deno/Pyodide sandbox by default
+(``programs/sandbox.py``); ``interpreter="local"`` uses ``dspy.LocalInterpreter``, which
+is not a sandbox and is labelled so wherever it is chosen.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+import dspy
+from dspy.primitives.code_interpreter import CodeInterpreterError
+from dspy.primitives.repl_types import REPLVariable
+from dspy.primitives.sandbox_serializable import SandboxSerializable, build_repl_variable
+from dspy.utils.exceptions import ContextWindowExceededError
+from memstrata.tools import BlobRef, ToolCall, ToolSession
+from memstrata.trajectories import Leakage, Recorder, measure
+from pydantic import BaseModel, Field, StringConstraints
+
+from .errors import ProgramParseError
+from .handles import SandboxBlobRef
+from .instrument import PromptTap
+from .lm import ModelHandle
+from .meter import Usage
+from .sandbox import InterpreterKind, interpreter_factory
+from .scratchpad import Scratchpad
+from .structured import StructuredPredict
+
+ExecutorKind = Literal["rlm", "react", "scratchpad"]
+ToolStyle = Literal["handles", "naive"]
+EXECUTORS: tuple[str, ...] = ("rlm", "react", "scratchpad")
+# Failures a weak model or a small window cause: the run is recorded as failed and the
+# caller goes on. Anything else is a bug and propagates.
+EXPECTED_FAILURES = (ProgramParseError, ContextWindowExceededError, CodeInterpreterError)
+
+
+class ExecutorSettings(BaseModel):
+    """How an executor runs; every field is a knob of ``memstrata rlm`` and the benches.
+
+    Attributes:
+        executor: ``rlm``, ``react`` or ``scratchpad``.
+        interpreter: ``sandbox`` (Deno/Pyodide, offline) or ``local`` (not a sandbox).
+        tools: ``handles`` (the bounded tools) or ``naive`` (full payloads, for E7 only).
+        max_iters: most iterations before the executor must answer.
+        max_llm_calls: most sub-LLM calls the agent's code may make (RLM).
+        max_output_chars: printed output shown back per step is cut to this.
+        history_steps: steps of history the scratchpad shows.
+    """
+
+    executor: ExecutorKind = "rlm"
+    interpreter: InterpreterKind = "sandbox"
+    tools: ToolStyle = "handles"
+    max_iters: int = Field(6, ge=1, le=50)
+    max_llm_calls: int = Field(4, ge=0, le=100)
+    max_output_chars: int = Field(2000, ge=100)
+    history_steps: int = Field(3, ge=1)
+
+
+class ExecutorRun(BaseModel):
+    """The outcome of one executor run (what ``memstrata rlm`` shows)."""
+
+    run_id: str
+    executor: str
+    answer: str
+    converged: bool
+    steps: list[dict[str, Any]] = Field(default_factory=list)
+    leakage: Leakage
+    usage: Usage
+    wall_s: float
+    error: str | None = None
+
+
+class AnswerWithTools(dspy.Signature):
+    """Answer the question about this user's conversations. Find the evidence with the
+    tools: mem_search(query) returns ids and one-line descriptions, mem_get(ids) the full
+    records of a few of them; a BlobRef is read with ctx_find(ref, pattern) and
+    ctx_slice(ref, start, end). Answer in a short phrase. If nothing you found answers
+    it, say it is not mentioned."""
+
+    question: str = dspy.InputField()
+    answer: Annotated[str, StringConstraints(max_length=200)] = dspy.OutputField(
+        desc="a short phrase")
+
+
+def executor_signature(context_names: list[str]) -> type[dspy.Signature]:
+    """``AnswerWithTools`` with one extra input per context variable (blob handles)."""
+    signature: type[dspy.Signature] = AnswerWithTools
+    for name in context_names:
+        signature = signature.insert(-1, name, dspy.InputField(
+            desc="a BlobRef handle (or text) to search"), type_=str)
+    return signature
+
+
+# Free-text outputs of DSPy's executors carry no bound; under a JSON grammar a small model
+# then fills "reasoning" until max_tokens cuts the object (seen with SmolLM2 in RLM).
+OUTPUT_BOUNDS = {"reasoning": 400, "next_thought": 400, "code": 1200}
+
+
+def _structured(signature: type[dspy.Signature], name: str) -> StructuredPredict:
+    """``StructuredPredict`` over ``signature`` with its free-text outputs bounded."""
+    for field, limit in OUTPUT_BOUNDS.items():
+        info = signature.output_fields.get(field)
+        if info is not None and info.annotation is str and not info.metadata:
+            signature = signature.with_updated_fields(
+                field, type_=Annotated[str, StringConstraints(max_length=limit)])
+    return StructuredPredict(signature, name)
+
+
+def build_executor(settings: ExecutorSettings, tools: list[Callable[..., Any]],
+                   signature: type[dspy.Signature], factory: Callable[[], Any] | None
+                   ) -> tuple[dspy.Module, list[Any], list[Any]]:
+    """The executor module, its step predictors and its final-answer predictors."""
+    if settings.executor == "rlm":
+        rlm = dspy.RLM(signature, max_iters=settings.max_iters,
+                       max_llm_calls=settings.max_llm_calls,
+                       max_output_chars=settings.max_output_chars, tools=tools,
+                       interpreter_factory=factory or interpreter_factory("sandbox"))
+        rlm.generate_action = _structured(rlm.generate_action.signature, "rlm.action")
+        rlm.extract = _structured(rlm.extract.signature, "rlm.extract")
+        return rlm, [rlm.generate_action], [rlm.extract]
+    if settings.executor == "react":
+        react = dspy.ReAct(signature, tools=[dspy.Tool(t) for t in tools],
+                           max_iters=settings.max_iters)
+        react.react = _structured(react.react.signature, "react.step")
+        react.extract = _structured(react.extract.predict.signature, "react.extract")
+        return react, [react.react], [react.extract]
+    if settings.executor == "scratchpad":
+        pad = Scratchpad(tools, factory or interpreter_factory("sandbox"),
+                         max_iters=settings.max_iters, history_steps=settings.history_steps,
+                         max_output_chars=settings.max_output_chars)
+        return pad, [pad.step], [pad.finish]
+    raise ValueError(f"executor must be one of {EXECUTORS}, not {settings.executor!r}")
+
+
+def _variables_info_chars(executor: str, variables: dict[str, Any], question: str) -> int:
+    """Size of the variables summary the model sees each iteration."""
+    if executor == "react":  # ReAct has no summary: the inputs themselves are the prompt
+        return len(question) + sum(len(str(v)) for v in variables.values())
+    shown = {"question": question, **variables}
+    return sum(len((build_repl_variable(v, n) if isinstance(v, SandboxSerializable)
+                    else REPLVariable.from_value(n, v)).format()) for n, v in shown.items())
+
+
+def _iterations(executor: str, pred: Any) -> tuple[list[dict[str, Any]], bool]:
+    """(steps as reasoning/code/output dicts, whether the agent itself finished)."""
+    if pred is None:
+        return [], False
+    trajectory = getattr(pred, "trajectory", None) or []
+    if executor == "react":
+        steps, i = [], 0
+        while f"thought_{i}" in trajectory:
+            steps.append({"reasoning": trajectory[f"thought_{i}"],
+                          "code": f"{trajectory[f'tool_name_{i}']}({trajectory[f'tool_args_{i}']})",
+                          "output": str(trajectory.get(f"observation_{i}", ""))})
+            i += 1
+        return steps, bool(steps) and steps[-1]["code"].startswith("finish(")
+    if executor == "rlm":
+        return list(trajectory), getattr(pred, "final_reasoning", "") != \
+            "Extract forced final output"
+    return list(trajectory), bool(getattr(pred, "submitted", False))
+
+
+def _tool_step(rec: Recorder, call: ToolCall, iteration: int) -> None:
+    rec.step("tool", call.name, input=call.args, output=call.error or "",
+             output_chars=call.result_chars, ms=call.ms,
+             data={"iteration": iteration, "ids": call.ids, "error": call.error})
+
+
+def run_executor(question: str, session: ToolSession, handle: ModelHandle,
+                 settings: ExecutorSettings | None = None, *,
+                 context: dict[str, BlobRef | str] | None = None,
+                 factory: Callable[[], Any] | None = None,
+                 layers: tuple[str, ...] = ("turns", "items", "blobs")) -> ExecutorRun:
+    """Run one executor session on ``question`` and record it in the session's store.
+
+    Args:
+        question: the task.
+        session: the tool session (its tenant is the run's tenant).
+        handle: the model (``setup_lm``); its meter counts the run's LLM calls.
+        settings: the executor and its budgets.
+        context: extra inputs by name: ``BlobRef`` handles (shown as handles) or text.
+        factory: an interpreter factory to use instead of the settings' one (tests pass
+            a mock here).
+        layers: the memory layers the run could reach, for the record.
+
+    Returns:
+        The answer, the steps, the leakage figures and the usage. A failure a weak model
+        causes (unparseable output, window overflow, sandbox death) is returned with
+        ``error`` set and recorded as an ``error`` run; other exceptions propagate.
+    """
+    settings = settings or ExecutorSettings()
+    tools = session.handle_tools() if settings.tools == "handles" else session.naive_tools()
+    # RLM and the scratchpad put a handle in the sandbox; ReAct's inputs are prompt text,
+    # so it gets the handle's repr (the naive arm's full text goes in as it is).
+    variables: dict[str, Any] = {
+        name: (repr(v) if settings.executor == "react" else SandboxBlobRef(v))
+        if isinstance(v, BlobRef) else v for name, v in (context or {}).items()}
+    if factory is None and settings.executor != "react":
+        factory = interpreter_factory(settings.interpreter)
+    module, step_mods, final_mods = build_executor(
+        settings, tools, executor_signature(list(variables)), factory)
+    calls_mark, meter_mark = len(session.log.calls), handle.meter.mark()
+    tap = PromptTap(step_mods, final_mods, marker=lambda: len(session.log.calls))
+    config = {**settings.model_dump(), "model": handle.name, "caps": session.caps.model_dump(),
+              "context": {n: repr(v) if isinstance(v, BlobRef) else f"text ({len(v)} chars)"
+                          for n, v in (context or {}).items()}}
+    started = time.perf_counter()
+    with Recorder(session.binding.store, session.user_id, f"executor.{settings.executor}",
+                  task=question, config=config, layers=layers,
+                  agent_id=session.binding.agent_id) as rec:
+        session.binding.run_id = rec.run_id
+        pred, error = None, None
+        try:
+            with dspy.context(lm=handle.lm, callbacks=[*dspy.settings.callbacks, tap]):
+                pred = module(question=question, **variables)
+        except EXPECTED_FAILURES as exc:
+            error = f"{type(exc).__name__}: {exc}"[:1000]
+        finally:
+            session.binding.run_id = None
+        steps, converged = _iterations(settings.executor, pred)
+        calls = session.log.since(calls_mark)
+        marks = [m - calls_mark for m in tap.step_marks] + [len(calls)]
+        shown: list[dict[str, Any]] = []
+        for i, step in enumerate(steps):
+            context_chars = tap.context_chars[i] if i < len(tap.context_chars) else None
+            rec.step("iteration", f"{settings.executor}.{i + 1}",
+                     input=step.get("code", ""), output=step.get("output", ""),
+                     data={"reasoning": step.get("reasoning", ""),
+                           "context_chars": context_chars})
+            in_step = calls[marks[i]:marks[i + 1]] if i + 1 < len(marks) else []
+            for call in in_step:
+                _tool_step(rec, call, i + 1)
+            shown.append({"iteration": i + 1, "context_chars": context_chars, **step,
+                          "tools": [c.model_dump() for c in in_step]})
+        answer = "" if pred is None else str(getattr(pred, "answer", "") or "")
+        usage = handle.meter.since(meter_mark)
+        leakage = measure(
+            context_chars=tap.context_chars,
+            stdout_chars=sum(len(str(s.get("output", ""))) for s in steps),
+            variables_info_chars=_variables_info_chars(settings.executor, variables, question),
+            tool_return_sizes=[c.result_chars for c in calls],
+            large_return_threshold=session.caps.large_return_chars,
+            sub_calls=tap.sub_calls, llm_calls=usage.calls)
+        output = {"answer": answer, "converged": converged and error is None, "error": error}
+        if error is None:
+            rec.finish(output=output, usage=usage.model_dump(), leakage=leakage.model_dump())
+        else:
+            rec.record.output, rec.record.usage = output, usage.model_dump()
+            rec.record.leakage = leakage.model_dump()
+            rec.fail(RuntimeError(error))
+    return ExecutorRun(run_id=rec.run_id, executor=settings.executor, answer=answer,
+                       converged=converged and error is None, steps=shown, leakage=leakage,
+                       usage=usage, wall_s=round(time.perf_counter() - started, 3),
+                       error=error)

@@ -1,0 +1,26 @@
+"""Runs out of the store as JSONL: one line per run, its steps inside."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memstrata.memory import Store
+
+
+def export_jsonl(store: Store, path: str | Path, *, user_id: str | None = None,
+                 limit: int = 10_000) -> int:
+    """Write the newest ``limit`` runs (of one tenant, or all) to ``path``; returns the count.
+
+    Each line is the run record with a ``steps`` list, as stored (already redacted).
+    """
+    runs = store.runs.list(user_id, limit=limit)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", encoding="utf-8") as fh:
+        for run in runs:
+            row = run.model_dump(mode="json")
+            row["steps"] = [s.model_dump(mode="json", exclude={"run_id"})
+                            for s in store.runs.steps(run.user_id, run.id)]
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return len(runs)
