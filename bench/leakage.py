@@ -119,6 +119,8 @@ def run_leakage_bench(data: str | Path, handle: ModelHandle, out_dir: str | Path
                                    settings.model_copy(update={"tools": arm}), context=context,
                                    factory=factory)
                 row = _row(q, arm, run)
+                store.runs.set_verdict(q.sample_id, run.run_id,
+                                       {"f1": row["f1"], "gold": q.answer})
                 rows.append(row)
                 log.write(json.dumps(row) + "\n")
                 log.flush()

@@ -101,6 +101,15 @@ class Runs:
                 f"UPDATE runs SET {', '.join(f'{n} = ?' for n in names)}"
                 " WHERE id = ? AND user_id = ?", [*values, run.id, run.user_id])
 
+    def set_verdict(self, user_id: str, run_id: str, verdict: Any) -> bool:
+        """Record a verdict reached after the run ended (a score against a gold answer, a
+        later judge); True if the run exists for this tenant."""
+        with self.store.transaction():
+            cur = self.store.conn.execute(
+                "UPDATE runs SET verdict = ? WHERE id = ? AND user_id = ?",
+                (json.dumps(verdict), run_id, user_id))
+        return cur.rowcount > 0
+
     def add_steps(self, run_id: str, steps: list[StepRecord]) -> None:
         """Append steps to a run (their ``idx`` must be new for that run)."""
         if not steps:

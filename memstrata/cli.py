@@ -196,6 +196,17 @@ def _executor_settings(args: argparse.Namespace, **fixed: object):
                          f"{first['msg']}") from None
 
 
+def _caps(raw: str | None):
+    from pydantic import ValidationError
+
+    from memstrata.tools import ToolCaps
+
+    try:
+        return ToolCaps(**json.loads(raw)) if raw else ToolCaps()
+    except (json.JSONDecodeError, TypeError, ValidationError) as exc:
+        raise SystemExit(f"memstrata: --caps must be a JSON object of ToolCaps: {exc}") from None
+
+
 def _context_refs(session, keys: list[str] | None) -> dict:
     """The blobs an executor gets as variables: the named ones, or all of the user's."""
     import re
@@ -240,6 +251,9 @@ def _show_run(run, user: str) -> None:
     if run.error:
         print(f"failed: {run.error}")
     print(f"answer: {run.answer or '(none)'}")
+    if run.verdict:
+        print(f"judge ({run.verdict['judge_model']}): success={run.verdict['success']} "
+              f"{run.verdict.get('rationale') or run.verdict.get('error', '')}")
     print(f"converged: {run.converged} · iterations {lk.iterations} · LLM calls {usage.calls} "
           f"({usage.input_tokens:,} in / {usage.output_tokens:,} out tokens) · "
           f"sub-calls {lk.sub_calls} · tool calls {lk.tool_calls} · "
@@ -267,9 +281,15 @@ def cmd_rlm(args: argparse.Namespace) -> int:
     with Store.open(args.db) as store:
         if not any(store.counts(args.user).values()) and not store.blobs.keys(args.user):
             raise SystemExit(f"memstrata: user {args.user!r} has nothing stored in {args.db}")
-        session = ToolSession(store, args.user)
+        session = ToolSession(store, args.user, caps=_caps(args.caps))
         context = _context_refs(session, args.blob)
-        run = run_executor(args.question, session, _model(args), settings, context=context)
+        judge = None
+        if args.judge:
+            from memstrata.programs import setup_lm
+
+            judge = setup_lm(args.judge, api_base=args.judge_api_base)
+        run = run_executor(args.question, session, _model(args), settings, context=context,
+                           judge=judge)
     if args.json:
         print(run.model_dump_json(indent=2))
     else:
@@ -354,6 +374,7 @@ def cmd_bench_leakage(args: argparse.Namespace) -> int:
     handle = setup_lm(NAME, engine=SearchReadPolicy()) if args.lm == NAME else _model(args)
     try:
         doc = run_leakage_bench(args.data, handle, args.out, settings=settings,
+                                caps=_caps(args.caps),
                                 limit=args.limit, categories=set(cats) if cats else None,
                                 conversations=set(convs) if convs else None)
     except ValueError as exc:
@@ -403,6 +424,7 @@ def _add_executor_args(p: argparse.ArgumentParser, max_output_chars: int) -> Non
                    help="most sub-LLM calls from the agent's code (default 4)")
     p.add_argument("--max-output-chars", type=int, default=max_output_chars,
                    help=f"printed output shown back per step (default {max_output_chars:,})")
+    p.add_argument("--caps", help='tool caps as JSON, e.g. \'{"max_get": 3}\' (see ToolCaps)')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -449,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blob", action="append", help="a blob key to hand over as a BlobRef "
                    "(repeatable; default: all of the user's blobs, at most 5)")
     p.add_argument("--json", action="store_true", help="print the run as JSON")
+    p.add_argument("--judge", help="a model that grades the run (success and a rationale), "
+                   "recorded with it; same forms as --lm")
+    p.add_argument("--judge-api-base", help="server address for --judge")
     _add_model_args(p)
     _add_executor_args(p, 2000)
     p.set_defaults(func=cmd_rlm)

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, StringConstraints
 from .errors import ProgramParseError
 from .handles import SandboxBlobRef
 from .instrument import PromptTap
+from .judge import Judge
 from .lm import ModelHandle
 from .meter import Usage
 from .sandbox import InterpreterKind, interpreter_factory
@@ -78,6 +79,7 @@ class ExecutorRun(BaseModel):
     usage: Usage
     wall_s: float
     error: str | None = None
+    verdict: dict[str, Any] | None = None
 
 
 class AnswerWithTools(dspy.Signature):
@@ -180,7 +182,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
                  settings: ExecutorSettings | None = None, *,
                  context: dict[str, BlobRef | str] | None = None,
                  factory: Callable[[], Any] | None = None,
-                 layers: tuple[str, ...] = ("turns", "items", "blobs")) -> ExecutorRun:
+                 layers: tuple[str, ...] = ("turns", "items", "blobs"),
+                 judge: ModelHandle | None = None) -> ExecutorRun:
     """Run one executor session on ``question`` and record it in the session's store.
 
     Args:
@@ -192,6 +195,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
         factory: an interpreter factory to use instead of the settings' one (tests pass
             a mock here).
         layers: the memory layers the run could reach, for the record.
+        judge: a model that grades the run with ``Judge`` (task, steps, answer); its
+            verdict is recorded with the run.
 
     Returns:
         The answer, the steps, the leakage figures and the usage. A failure a weak model
@@ -252,8 +257,12 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
             large_return_threshold=session.caps.large_return_chars,
             sub_calls=tap.sub_calls, llm_calls=usage.calls)
         output = {"answer": answer, "converged": converged and error is None, "error": error}
+        verdict = None if judge is None or error else _judge(judge, question, shown, answer)
+        if verdict is not None:
+            rec.step("verdict", "Judge", output=verdict.get("rationale", ""), data=verdict)
         if error is None:
-            rec.finish(output=output, usage=usage.model_dump(), leakage=leakage.model_dump())
+            rec.finish(output=output, verdict=verdict, usage=usage.model_dump(),
+                       leakage=leakage.model_dump())
         else:
             rec.record.output, rec.record.usage = output, usage.model_dump()
             rec.record.leakage = leakage.model_dump()
@@ -261,4 +270,18 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
     return ExecutorRun(run_id=rec.run_id, executor=settings.executor, answer=answer,
                        converged=converged and error is None, steps=shown, leakage=leakage,
                        usage=usage, wall_s=round(time.perf_counter() - started, 3),
-                       error=error)
+                       error=error, verdict=verdict)
+
+
+def _judge(judge: ModelHandle, task: str, steps: list[dict[str, Any]], answer: str
+           ) -> dict[str, Any]:
+    """``Judge``'s verdict on a run (its steps rendered compactly, cut to 3,000 chars)."""
+    trajectory = "\n".join(
+        f"{s['iteration']}. {s.get('code', '')[:300]} -> {str(s.get('output', ''))[:300]}"
+        for s in steps)[:3000]
+    try:
+        with dspy.context(lm=judge.lm):
+            out = Judge()(task=task, trajectory=trajectory or "(no steps)", output=answer)
+    except ProgramParseError as exc:
+        return {"judge_model": judge.name, "success": None, "error": str(exc)[:300]}
+    return {"judge_model": judge.name, "success": out.success, "rationale": out.rationale}

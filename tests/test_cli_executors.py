@@ -68,3 +68,10 @@ def test_rlm_command_refuses_bad_input_clearly(db: Path) -> None:
         main(["rlm", "q?", "--user", "conv-1", "--db", str(db.with_name("absent.db"))])
     with pytest.raises(SystemExit, match="runs show needs --user"):
         main(["runs", "show", "x", "--db", str(db)])
+
+
+def test_caps_flag_is_validated(db: Path) -> None:
+    with pytest.raises(SystemExit, match="--caps must be a JSON object"):
+        main(["rlm", "q?", "--user", "conv-1", "--db", str(db), "--caps", "{bad"])
+    with pytest.raises(SystemExit, match="--caps must be a JSON object"):
+        main(["rlm", "q?", "--user", "conv-1", "--db", str(db), "--caps", '{"max_get": 0}'])

@@ -195,3 +195,26 @@ def test_prompt_tap_counts_sub_calls_outside_step_predictors(scripted: Any) -> N
         handle.lm("a raw sub-call")
     assert len(tap.context_chars) == 1 and tap.context_chars[0] > 0
     assert tap.sub_calls == 1 and tap.llm_calls == 2
+
+
+def test_a_judge_grades_the_run_and_its_verdict_is_recorded(session: ToolSession,
+                                                            scripted: Any) -> None:
+    seen: list[str] = []
+
+    def judge_reply(system: str, user: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+        seen.append(user)
+        return {"success": True, "rationale": "the answer names the pet"}
+
+    run = run_executor("What is the guinea pig called?", session,
+                       scripted(_plan("print(mem_search('guinea pig')['results'][0]['id'])",
+                                      "SUBMIT(answer='Oscar')")),
+                       factory=InProcessInterpreter, judge=scripted(judge_reply, "local/judge"))
+    assert run.verdict == {"judge_model": "local/judge", "success": True,
+                           "rationale": "the answer names the pet"}
+    assert "Oscar" in seen[0] and "mem_search" in seen[0]
+    store = session.binding.store
+    assert store.runs.get("conv-a", run.run_id).verdict["success"] is True
+    assert store.runs.steps("conv-a", run.run_id)[-1].kind == "verdict"
+    assert store.runs.set_verdict("conv-a", run.run_id, {"f1": 1.0})
+    assert not store.runs.set_verdict("conv-b", run.run_id, {"f1": 0.0})
+    assert store.runs.get("conv-a", run.run_id).verdict == {"f1": 1.0}
