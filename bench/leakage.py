@@ -24,7 +24,7 @@ from memstrata.tools import ToolCaps, ToolSession
 from memstrata.trajectories import code_version
 from tqdm import tqdm
 
-from .locomo import Question, load_conversation, read_locomo
+from .locomo import Question, load_conversation, read_subset
 from .qa import select_questions
 from .qa_metrics import score_answer
 
@@ -91,12 +91,7 @@ def run_leakage_bench(data: str | Path, handle: ModelHandle, out_dir: str | Path
     """
     settings = settings or ExecutorSettings()
     caps = caps or ToolCaps()
-    convs = read_locomo(data)
-    if conversations:
-        missing = conversations - {c.sample_id for c in convs}
-        if missing:
-            raise ValueError(f"no conversation {sorted(missing)} in {data}")
-        convs = [c for c in convs if c.sample_id in conversations]
+    convs = read_subset(data, conversations)
     questions = select_questions(convs, categories=categories or {1, 2, 3, 4}, limit=limit)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

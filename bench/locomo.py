@@ -174,6 +174,22 @@ def _parse_conversation(path: Path, n: int, record: Any) -> LoCoMoConversation:
     return parsed
 
 
+def read_subset(path: str | Path, conversations: set[str] | None = None
+                ) -> list[LoCoMoConversation]:
+    """``read_locomo``, kept to the named conversations (all when ``None``).
+
+    Raises:
+        ValueError: a named conversation is not in the file.
+    """
+    convs = read_locomo(path)
+    if conversations:
+        missing = conversations - {c.sample_id for c in convs}
+        if missing:
+            raise ValueError(f"no conversation {sorted(missing)} in {path}")
+        convs = [c for c in convs if c.sample_id in conversations]
+    return convs
+
+
 def apply_audit(conversations: list[LoCoMoConversation], path: str | Path) -> int:
     """Attach the public audit's corrected evidence and answers; returns entries applied.
 

@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from .baselines import TOKENIZERS, BM25Index
-from .locomo import LoCoMoConversation, Question, apply_audit, load_locomo, read_locomo
+from .locomo import LoCoMoConversation, Question, apply_audit, load_locomo, read_subset
 from .qa_metrics import score_answer
 from .qa_scores import summarise
 
@@ -325,12 +325,7 @@ def run_locomo_bench(
     if unknown:
         raise ValueError(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
     settings = settings or QASettings.for_model(handle.name)
-    convs = read_locomo(data)
-    if conversations:
-        missing = conversations - {c.sample_id for c in convs}
-        if missing:
-            raise ValueError(f"no conversation {sorted(missing)} in {data}")
-        convs = [c for c in convs if c.sample_id in conversations]
+    convs = read_subset(data, conversations)
     audited = apply_audit(convs, audit) if audit else 0
     questions = select_questions(convs, categories=categories, limit=limit)
     asked = {q.sample_id for q in questions}

@@ -9,6 +9,7 @@ SQLite round trip from Python on this machine.
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -105,3 +106,13 @@ def tool_table(doc: dict[str, Any]) -> str:
                  f"(target < {doc['target_ms']} ms: "
                  f"{'met' if doc['all_p95_under_target'] else 'missed'})")
     return "\n".join(lines)
+
+
+def write_tool_outputs(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    """``tools.json`` and ``tools.md``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "tools.json", out / "tools.md"]
+    paths[0].write_text(json.dumps(doc, indent=2))
+    paths[1].write_text(tool_table(doc) + "\n")
+    return paths

@@ -94,6 +94,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(table: str, paths: list[Path]) -> int:
+    """A benchmark's table and the files it wrote, on stdout."""
+    print(table)
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
 def cmd_bench_retrieval(args: argparse.Namespace) -> int:
     """LoCoMo evidence recall@5/10/25 for memstrata and three baselines in one run."""
     from memstrata.bench.report import retrieval_table, write_retrieval_outputs
@@ -103,10 +110,7 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
         args.data, audit=_audit(args), embedder=_embedder(not args.no_dense),
         weights=_weights(args.weights), db_path=args.db, limit=args.limit,
     )
-    paths = write_retrieval_outputs(doc, args.out)
-    print(retrieval_table(doc))
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return _report(retrieval_table(doc), write_retrieval_outputs(doc, args.out))
 
 
 def _csv(raw: str | None, what: str, cast: type = str) -> list | None:
@@ -148,10 +152,7 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
             categories=set(cats) if cats else None, limit=args.limit)
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
-    paths = write_locomo_outputs(doc, args.out)
-    print(locomo_table(doc))
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return _report(locomo_table(doc), write_locomo_outputs(doc, args.out))
 
 
 def cmd_bench_scale(args: argparse.Namespace) -> int:
@@ -166,10 +167,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
         ) from None
     doc = run_scale_bench(sizes, queries=args.queries, bm25_sample=args.bm25_sample,
                           seed=args.seed)
-    paths = write_scale_outputs(doc, args.out)
-    print(format_scale_table(doc))
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return _report(format_scale_table(doc), write_scale_outputs(doc, args.out))
 
 
 def _model(args: argparse.Namespace):
@@ -379,27 +377,18 @@ def cmd_bench_leakage(args: argparse.Namespace) -> int:
                                 conversations=set(convs) if convs else None)
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
-    paths = write_leakage_outputs(doc, args.out)
-    print(leakage_table(doc))
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
+    return _report(leakage_table(doc), write_leakage_outputs(doc, args.out))
 
 
 def cmd_bench_tools(args: argparse.Namespace) -> int:
     """Latency of every handle tool through a bound session, at N items (plus a 1M-char
     blob), with a bare Store.get measured in the same run as the floor."""
-    from memstrata.bench.tool_latency import run_tool_bench, tool_table
+    from memstrata.bench.tool_latency import run_tool_bench, tool_table, write_tool_outputs
 
     if args.items < 1000 or args.calls < 1:
         raise SystemExit("memstrata: --items must be >= 1000 and --calls >= 1")
     doc = run_tool_bench(args.items, args.calls, seed=args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tools.json").write_text(json.dumps(doc, indent=2))
-    (out / "tools.md").write_text(tool_table(doc) + "\n")
-    print(tool_table(doc))
-    print(f"wrote {out / 'tools.json'}, {out / 'tools.md'}")
-    return 0
+    return _report(tool_table(doc), write_tool_outputs(doc, args.out))
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
