@@ -12,6 +12,15 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from memstrata.agent_commands import (
+    caps_from_json,
+    cmd_rlm,
+    cmd_runs,
+    cmd_sandbox,
+    executor_settings_from_args,
+    model_from_args,
+)
+
 DEFAULT_DB = "memstrata.db"
 _SHARED = Path("..") / "shared" / "data" / "locomo"
 
@@ -170,193 +179,6 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
     return _report(format_scale_table(doc), write_scale_outputs(doc, args.out))
 
 
-def _model(args: argparse.Namespace):
-    """The model a command runs on (``--lm``/``--api-base``/``--n-ctx``)."""
-    from memstrata.programs import setup_lm
-
-    return setup_lm(args.lm, api_base=args.api_base, n_ctx=args.n_ctx,
-                    max_tokens=args.max_tokens)
-
-
-def _executor_settings(args: argparse.Namespace, **fixed: object):
-    from pydantic import ValidationError
-
-    from memstrata.programs import ExecutorSettings
-
-    try:
-        return ExecutorSettings(
-            executor=args.executor, interpreter=args.interpreter, max_iters=args.max_iters,
-            max_llm_calls=args.max_llm_calls, max_output_chars=args.max_output_chars,
-            **fixed)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise SystemExit(f"memstrata: --{str(first['loc'][0]).replace('_', '-')}: "
-                         f"{first['msg']}") from None
-
-
-def _caps(raw: str | None):
-    from pydantic import ValidationError
-
-    from memstrata.tools import ToolCaps
-
-    try:
-        return ToolCaps(**json.loads(raw)) if raw else ToolCaps()
-    except (json.JSONDecodeError, TypeError, ValidationError) as exc:
-        raise SystemExit(f"memstrata: --caps must be a JSON object of ToolCaps: {exc}") from None
-
-
-def _context_refs(session, keys: list[str] | None) -> dict:
-    """The blobs an executor gets as variables: the named ones, or all of the user's."""
-    import re
-
-    store = session.binding.store
-    available = store.blobs.keys(session.user_id)
-    keys = keys if keys is not None else available
-    if len(keys) > 5:
-        raise SystemExit(f"memstrata: user {session.user_id!r} has {len(keys)} blobs; name "
-                         "up to 5 with --blob")
-    refs = {}
-    for key in keys:
-        if key not in available:
-            raise SystemExit(f"memstrata: no blob {key!r} for user {session.user_id!r}; "
-                             f"blobs: {', '.join(available) or 'none'}")
-        name = re.sub(r"\W", "_", key)
-        refs[name if name[:1].isalpha() else f"blob_{name}"] = session.ref(key)
-    return refs
-
-
-def _show_run(run, user: str) -> None:
-    """An executor run's steps, tool calls and figures, for people."""
-    for step in run.steps:
-        head = f"── iteration {step['iteration']}"
-        if step.get("context_chars"):
-            head += f" · prompt {step['context_chars']:,} chars"
-        print(head)
-        if step.get("reasoning"):
-            print(f"reasoning: {step['reasoning']}")
-        print("code:\n  " + str(step.get("code", "")).replace("\n", "\n  "))
-        for call in step.get("tools", []):
-            args = ", ".join(f"{k}={v}" for k, v in call["args"].items())
-            note = f"refused: {call['error']}" if call["error"] else \
-                f"{call['result_chars']:,} chars" + (f", ids {call['ids'][:5]}" if call["ids"]
-                                                     else "")
-            print(f"  → {call['name']}({args}) {call['ms']} ms, {note}")
-        output = str(step.get("output", ""))
-        cut = output if len(output) <= 800 else output[:800] + f"… ({len(output):,} chars)"
-        print("output:\n  " + cut.replace("\n", "\n  "))
-    lk, usage = run.leakage, run.usage
-    print("──")
-    if run.error:
-        print(f"failed: {run.error}")
-    print(f"answer: {run.answer or '(none)'}")
-    if run.verdict:
-        print(f"judge ({run.verdict['judge_model']}): success={run.verdict['success']} "
-              f"{run.verdict.get('rationale') or run.verdict.get('error', '')}")
-    print(f"converged: {run.converged} · iterations {lk.iterations} · LLM calls {usage.calls} "
-          f"({usage.input_tokens:,} in / {usage.output_tokens:,} out tokens) · "
-          f"sub-calls {lk.sub_calls} · tool calls {lk.tool_calls} · "
-          f"stdout {lk.stdout_chars:,} chars · {run.wall_s} s")
-    print(f"recorded as run {run.run_id} (memstrata runs show {run.run_id} --user {user})")
-
-
-def cmd_rlm(args: argparse.Namespace) -> int:
-    """Run one executor session (RLM by default) on a question about one user's memories,
-    with the handle tools bound to that user, and show its steps. The run is recorded in
-    the store (see 'memstrata runs'). Code runs in the offline Deno/Pyodide sandbox unless
-    --interpreter local is given (which is NOT a sandbox)."""
-    from memstrata.memory import Store
-    from memstrata.programs import run_executor
-    from memstrata.programs.sandbox import LOCAL_WARNING
-    from memstrata.tools import ToolSession
-
-    if not args.question.strip():
-        raise SystemExit("memstrata: the question is empty")
-    if not Path(args.db).exists():
-        raise SystemExit(f"memstrata: no store at {args.db} (create one with 'memstrata load')")
-    settings = _executor_settings(args)
-    if settings.interpreter == "local":
-        print(f"memstrata: warning: {LOCAL_WARNING}", file=sys.stderr)
-    with Store.open(args.db) as store:
-        if not any(store.counts(args.user).values()) and not store.blobs.keys(args.user):
-            raise SystemExit(f"memstrata: user {args.user!r} has nothing stored in {args.db}")
-        session = ToolSession(store, args.user, caps=_caps(args.caps))
-        context = _context_refs(session, args.blob)
-        judge = None
-        if args.judge:
-            from memstrata.programs import setup_lm
-
-            judge = setup_lm(args.judge, api_base=args.judge_api_base)
-        run = run_executor(args.question, session, _model(args), settings, context=context,
-                           judge=judge)
-    if args.json:
-        print(run.model_dump_json(indent=2))
-    else:
-        _show_run(run, args.user)
-    return 1 if run.error else 0
-
-
-def cmd_sandbox(args: argparse.Namespace) -> int:
-    """Install or check the RLM sandbox: Pyodide from npm (once), run by Deno from PyPI,
-    started with no network. 'install' needs the npm registry (or --from a tarball made
-    by 'npm pack pyodide@VERSION'); 'check' starts the sandbox offline and runs code."""
-    import time
-
-    from memstrata.programs.sandbox import (
-        check_deno,
-        deno_binary,
-        install_sandbox,
-        runner_imports,
-        sandbox_factory,
-        sandbox_paths,
-    )
-
-    if args.action == "install":
-        paths = install_sandbox(args.from_tarball, force=args.force)
-        print(json.dumps({"installed": str(paths.root), "pyodide": runner_imports()[0]}))
-        return 0
-    paths = sandbox_paths()
-    started = time.perf_counter()
-    interpreter = sandbox_factory()()
-    try:
-        out = interpreter.execute("import sys\nprint(sys.version.split()[0], 6 * 7)").strip()
-    finally:
-        interpreter.shutdown()
-    print(json.dumps({"ok": out.endswith("42"), "python": out.split()[0],
-                      "deno": check_deno(deno_binary()), "pyodide": runner_imports()[0],
-                      "files": str(paths.root),
-                      "start_and_run_s": round(time.perf_counter() - started, 2)}))
-    return 0
-
-
-def cmd_runs(args: argparse.Namespace) -> int:
-    """Recorded runs: list them, show one with its steps, or export them as JSONL."""
-    from memstrata.memory import Store
-    from memstrata.trajectories import export_jsonl
-
-    if not Path(args.db).exists():
-        raise SystemExit(f"memstrata: no store at {args.db}")
-    with Store.open(args.db) as store:
-        if args.action == "export":
-            n = export_jsonl(store, args.out, user_id=args.user, limit=args.limit)
-            print(json.dumps({"runs": n, "file": args.out}))
-        elif args.action == "show":
-            if not args.user:
-                raise SystemExit("memstrata: runs show needs --user (runs are per user)")
-            run = store.runs.get(args.user, args.run_id)
-            if run is None:
-                raise SystemExit(f"memstrata: no run {args.run_id!r} for user {args.user!r}")
-            doc = run.model_dump(mode="json")
-            doc["steps"] = [s.model_dump(mode="json", exclude={"run_id"})
-                            for s in store.runs.steps(args.user, args.run_id)]
-            print(json.dumps(doc, indent=2, ensure_ascii=False))
-        else:
-            for run in store.runs.list(args.user, limit=args.limit):
-                print(json.dumps({"id": run.id, "user": run.user_id, "program": run.program,
-                                  "status": run.status, "started_at": str(run.started_at),
-                                  "wall_s": run.wall_s, "task": run.task[:80]}))
-    return 0
-
-
 def cmd_bench_leakage(args: argparse.Namespace) -> int:
     """E7, the prompt-leakage ablation: LoCoMo questions answered by an executor that must
     search the whole conversation (one blob), once with naive tools (full payloads, no
@@ -366,13 +188,13 @@ def cmd_bench_leakage(args: argparse.Namespace) -> int:
     from memstrata.bench.policy import NAME, SearchReadPolicy
     from memstrata.programs import setup_lm
 
-    settings = _executor_settings(args)
+    settings = executor_settings_from_args(args)
     cats = _csv(args.categories, "--categories", int)
     convs = _csv(args.conversations, "--conversations")
-    handle = setup_lm(NAME, engine=SearchReadPolicy()) if args.lm == NAME else _model(args)
+    handle = setup_lm(NAME, engine=SearchReadPolicy()) if args.lm == NAME else model_from_args(args)
     try:
         doc = run_leakage_bench(args.data, handle, args.out, settings=settings,
-                                caps=_caps(args.caps),
+                                caps=caps_from_json(args.caps),
                                 limit=args.limit, categories=set(cats) if cats else None,
                                 conversations=set(convs) if convs else None)
     except ValueError as exc:
