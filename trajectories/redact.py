@@ -24,6 +24,7 @@ PATTERNS = [
     re.compile(r"\bxox[abpr]-[A-Za-z0-9\-]{10,}\b"),
     re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}\b"),
     re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"),
+    re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password in a URL
 ]
 # Counts, flags and budgets named like secrets ("max_tokens") are not secrets.
 _NOT_SECRET = re.compile(r"(max_|_count$|^n_|tokens$|tokenizer)", re.I)

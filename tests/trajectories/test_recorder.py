@@ -56,6 +56,11 @@ def test_credential_shapes_are_masked(secret: str) -> None:
     assert secret not in json.dumps(redact({"note": f"token is {secret} ok"}))
 
 
+def test_passwords_in_urls_are_masked() -> None:
+    out = redact({"api_base": "http://admin:s3cr3t-pw@10.0.0.5:11434/v1"})
+    assert "s3cr3t-pw" not in out["api_base"] and out["api_base"].endswith("@10.0.0.5:11434/v1")
+
+
 def test_secret_keys_and_env_values_are_masked(monkeypatch: pytest.MonkeyPatch,
                                                store: Store, tmp_path: Path) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "plain-looking-value-123")
