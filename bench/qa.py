@@ -259,8 +259,7 @@ def _answer(qa: QA, handle: ModelHandle, system: str, key: str, q: Question,
         output = {"answer": answer, "evidence": evidence, "abstained": abstained}
         verdict = score_answer(answer, q.answer, q.category) if not error else None
         if error:
-            run.record.output, run.record.usage = output, usage.model_dump()
-            run.fail(RuntimeError(error))
+            run.fail(error, output=output, usage=usage.model_dump())
         else:
             run.finish(output=output, verdict=verdict, usage=usage.model_dump())
     return Answer(key=key, system=system, qid=q.qid, answer=answer, evidence=evidence,

@@ -172,10 +172,28 @@ def _iterations(executor: str, pred: Any) -> tuple[list[dict[str, Any]], bool]:
     return list(trajectory), bool(getattr(pred, "submitted", False))
 
 
-def _tool_step(rec: Recorder, call: ToolCall, iteration: int) -> None:
-    rec.step("tool", call.name, input=call.args, output=call.error or "",
-             output_chars=call.result_chars, ms=call.ms,
-             data={"iteration": iteration, "ids": call.ids, "error": call.error})
+def _record_steps(rec: Recorder, executor: str, steps: list[dict[str, Any]],
+                  calls: list[ToolCall], marks: list[int], context_chars: list[int]
+                  ) -> list[dict[str, Any]]:
+    """Write each iteration and the tool calls made during it; return them for display.
+
+    ``marks[i]`` is how many of ``calls`` had been made when iteration ``i`` started.
+    """
+    bounds = [*marks, len(calls)]
+    shown: list[dict[str, Any]] = []
+    for i, step in enumerate(steps):
+        chars = context_chars[i] if i < len(context_chars) else None
+        rec.step("iteration", f"{executor}.{i + 1}", input=step.get("code", ""),
+                 output=step.get("output", ""),
+                 data={"reasoning": step.get("reasoning", ""), "context_chars": chars})
+        in_step = calls[bounds[i]:bounds[i + 1]] if i + 1 < len(bounds) else []
+        for call in in_step:
+            rec.step("tool", call.name, input=call.args, output=call.error or "",
+                     output_chars=call.result_chars, ms=call.ms,
+                     data={"iteration": i + 1, "ids": call.ids, "error": call.error})
+        shown.append({"iteration": i + 1, "context_chars": chars, **step,
+                      "tools": [c.model_dump() for c in in_step]})
+    return shown
 
 
 def run_executor(question: str, session: ToolSession, handle: ModelHandle,
@@ -234,19 +252,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
             session.binding.run_id = None
         steps, converged = _iterations(settings.executor, pred)
         calls = session.log.since(calls_mark)
-        marks = [m - calls_mark for m in tap.step_marks] + [len(calls)]
-        shown: list[dict[str, Any]] = []
-        for i, step in enumerate(steps):
-            context_chars = tap.context_chars[i] if i < len(tap.context_chars) else None
-            rec.step("iteration", f"{settings.executor}.{i + 1}",
-                     input=step.get("code", ""), output=step.get("output", ""),
-                     data={"reasoning": step.get("reasoning", ""),
-                           "context_chars": context_chars})
-            in_step = calls[marks[i]:marks[i + 1]] if i + 1 < len(marks) else []
-            for call in in_step:
-                _tool_step(rec, call, i + 1)
-            shown.append({"iteration": i + 1, "context_chars": context_chars, **step,
-                          "tools": [c.model_dump() for c in in_step]})
+        shown = _record_steps(rec, settings.executor, steps, calls,
+                              [m - calls_mark for m in tap.step_marks], tap.context_chars)
         answer = "" if pred is None else str(getattr(pred, "answer", "") or "")
         usage = handle.meter.since(meter_mark)
         leakage = measure(
@@ -264,9 +271,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
             rec.finish(output=output, verdict=verdict, usage=usage.model_dump(),
                        leakage=leakage.model_dump())
         else:
-            rec.record.output, rec.record.usage = output, usage.model_dump()
-            rec.record.leakage = leakage.model_dump()
-            rec.fail(RuntimeError(error))
+            rec.fail(error, output=output, usage=usage.model_dump(),
+                     leakage=leakage.model_dump())
     return ExecutorRun(run_id=rec.run_id, executor=settings.executor, answer=answer,
                        converged=converged and error is None, steps=shown, leakage=leakage,
                        usage=usage, wall_s=round(time.perf_counter() - started, 3),

@@ -113,9 +113,14 @@ class Recorder:
         return self._close("ok", None, output=output, verdict=verdict, usage=usage,
                            leakage=leakage, config=config)
 
-    def fail(self, exc: BaseException) -> RunRecord:
-        """Close the run as ``error`` (what was recorded so far is kept)."""
-        return self._close("error", f"{type(exc).__name__}: {exc}"[:2000])
+    def fail(self, exc: BaseException | str, *, output: Any = None,
+             usage: dict[str, Any] | None = None, leakage: dict[str, Any] | None = None
+             ) -> RunRecord:
+        """Close the run as ``error``, keeping what was recorded so far (and any output,
+        usage and leakage the failed run still produced)."""
+        message = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+        return self._close("error", message[:2000], output=output, usage=usage,
+                           leakage=leakage)
 
     def _close(self, status: str, error: str | None, **fields: Any) -> RunRecord:
         if self._finished:
