@@ -153,9 +153,12 @@ def leakage_table(doc: dict[str, Any]) -> str:
     lines = [f"E7 leakage ablation: {doc['model']}, {doc['executor']}, "
              f"{doc['questions']} questions", "", "| | naive | handles |", "|---|---|---|"]
     lines += [f"| {label} | {doc['naive'][k]} | {doc['handles'][k]} |" for k, label in keys]
-    lines += ["", f"naive / handles: prompt chars per iteration {doc['context_ratio']}x, "
-              f"leaked chars per iteration {doc['leaked_ratio']}x, tool return chars "
-              f"{doc['tool_return_ratio']}x; F1 handles - naive: {doc['f1_delta']:+.4f}"]
+    def ratio(key: str) -> str:
+        return "n/a (nothing on the handle side)" if doc[key] is None else f"{doc[key]}x"
+
+    lines += ["", f"naive / handles: prompt chars per iteration {ratio('context_ratio')}, "
+              f"leaked chars per iteration {ratio('leaked_ratio')}, tool return chars "
+              f"{ratio('tool_return_ratio')}; F1 handles - naive: {doc['f1_delta']:+.4f}"]
     return "\n".join(lines)
 
 
