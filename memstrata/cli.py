@@ -20,6 +20,7 @@ from memstrata.agent_commands import (
     executor_settings_from_args,
     model_from_args,
 )
+from memstrata.chat_commands import cmd_chat, cmd_facts
 
 DEFAULT_DB = "memstrata.db"
 _SHARED = Path("..") / "shared" / "data" / "locomo"
@@ -202,6 +203,26 @@ def cmd_bench_leakage(args: argparse.Namespace) -> int:
     return _report(leakage_table(doc), write_leakage_outputs(doc, args.out))
 
 
+def cmd_bench_voe(args: argparse.Namespace) -> int:
+    """The VoE loop's A/B test (seed 000, H1): LoCoMo sessions replayed through the loop
+    and through a baseline without facts, on the same model; prediction hits by fuzzy
+    ratio and embedding cosine, a chi-squared test, pass if p < 0.05 and the VoE arm's
+    hit rate is >= 20% higher. Writes voe.json, voe.md, every turn (voe_turns.jsonl)."""
+    from memstrata.bench.voe import run_voe_bench, voe_table, write_voe_outputs
+
+    convs = _csv(args.conversations, "--conversations")
+    if args.limit is not None and args.limit < 1:
+        raise SystemExit("memstrata: --limit must be >= 1")
+    handle = model_from_args(args)
+    try:
+        doc = run_voe_bench(args.data, handle, args.out, embedder=_embedder(not args.no_dense),
+                            limit=args.limit, max_turns=args.max_turns,
+                            conversations=set(convs) if convs else None)
+    except ValueError as exc:
+        raise SystemExit(f"memstrata: {exc}") from None
+    return _report(voe_table(doc), write_voe_outputs(doc, args.out))
+
+
 def cmd_bench_tools(args: argparse.Namespace) -> int:
     """Latency of every handle tool through a bound session, at N items (plus a 1M-char
     blob), with a bare Store.get measured in the same run as the floor."""
@@ -288,6 +309,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(p)
     _add_executor_args(p, 2000)
     p.set_defaults(func=cmd_rlm)
+
+    p = sub.add_parser("chat", help="chat through the VoE loop (remembers across runs)",
+                       description=cmd_chat.__doc__)
+    p.add_argument("--user", required=True, help="who is chatting (a tenant of the store)")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--show-internals", action="store_true", help="print, per turn, the "
+                   "cached prediction, the VoE verdict and score, the stored fact, the "
+                   "needed-info keywords and the retrieved facts")
+    p.add_argument("--max-facts", type=int, default=200, help="facts kept per user (200)")
+    p.add_argument("--threshold", type=float, default=60.0,
+                   help="fuzzy score below which a prediction is violated (60)")
+    p.add_argument("--top-k", type=int, default=10, help="facts shown to the responder (10)")
+    _add_model_args(p)
+    p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("facts", help="list, search or delete a user's VoE facts",
+                       description=cmd_facts.__doc__)
+    p.add_argument("--user", required=True)
+    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--search", help="only facts matching this (fuzzy, text and tags)")
+    p.add_argument("--delete", nargs="+", metavar="ID", help="delete these facts")
+    p.add_argument("-n", "--limit", type=int, default=50, help="at most N (default 50)")
+    p.set_defaults(func=cmd_facts)
 
     p = sub.add_parser("sandbox", help="install or check the offline RLM sandbox",
                        description=cmd_sandbox.__doc__)
@@ -380,6 +424,19 @@ def build_parser() -> argparse.ArgumentParser:
                 "model: the same code in both arms, so the tool contract alone differs.")
     _add_executor_args(p, 10_000)
     p.set_defaults(func=cmd_bench_leakage)
+
+    p = bsub.add_parser("voe", help="A/B test of the VoE loop against a no-facts baseline",
+                        description=cmd_bench_voe.__doc__)
+    p.add_argument("--data", default=str(_SHARED / "locomo_dev.json"),
+                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
+    p.add_argument("--limit", type=int, default=60,
+                   help="sessions per arm, spread over conversations (default 60)")
+    p.add_argument("--max-turns", type=int, help="score at most N user turns per session")
+    p.add_argument("--conversations", help="comma-separated sample ids")
+    p.add_argument("--no-dense", action="store_true", help="skip the embedding cosine")
+    p.add_argument("--out", default="out", help="output folder (default ./out)")
+    _add_model_args(p)
+    p.set_defaults(func=cmd_bench_voe)
 
     p = bsub.add_parser("tools", help="latency of every handle tool at N items",
                         description=cmd_bench_tools.__doc__)

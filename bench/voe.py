@@ -1,0 +1,194 @@
+"""The seed's A/B test of the VoE loop (``memstrata bench voe``).
+
+H1: the loop raises turn-level prediction accuracy (similarity >= 0.6 between the cached
+prediction and the user's actual next message) by >= 20% over a baseline that runs the
+same two calls a turn with no facts. LoCoMo sessions are replayed as the conversations:
+the conversation's first speaker is the user, the other speaker's real turns stand in
+for the assistant's replies, and each arm's facts carry across a user's sessions (the
+sessions are replayed in order). Each session starts a fresh chat with no cached
+prediction, so only predictions made inside a session are scored. Both similarity
+measures are reported: rapidfuzz ratio / 100 (the one the loop itself uses, and the one
+the pass decision uses) and the embedding cosine. The decision is a chi-squared test on
+the 2x2 table (arm x hit/miss): pass if p < 0.05 and the relative improvement >= 20%.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from memstrata.memory import Embedder, Store
+from memstrata.memory.models import with_caption
+from memstrata.memory.voe_facts import VoEFacts, similarity
+from memstrata.programs import ModelHandle, ProgramParseError
+from memstrata.programs.voe import MAX_MESSAGE_CHARS, VoELoop, VoESettings, run_turn
+from memstrata.trajectories import code_version
+from scipy.stats import chi2_contingency
+from tqdm import tqdm
+
+from .locomo import LoCoMoConversation, read_subset
+
+ARMS = ("baseline", "voe")
+HIT = 0.6
+
+
+def pick_sessions(convs: list[LoCoMoConversation], limit: int | None
+                  ) -> list[tuple[LoCoMoConversation, int, list[dict[str, Any]]]]:
+    """``limit`` sessions taken round-robin over conversations (every conversation's
+    earliest sessions first), then put back in each conversation's order."""
+    rows = [[(c, index, turns) for index, _, turns in c.sessions] for c in convs]
+    spread = [s for group in zip_longest(*rows) for s in group if s]
+    chosen = spread[:limit] if limit is not None else spread
+    order = {id(c): n for n, c in enumerate(convs)}
+    return sorted(chosen, key=lambda s: (order[id(s[0])], s[1]))
+
+
+def decide(table: list[list[int]]) -> dict[str, Any]:
+    """Chi-squared on [[voe hits, voe misses], [baseline hits, baseline misses]]: p, the
+    relative improvement of the VoE hit rate, and whether H1 passes."""
+    (vh, vm), (bh, bm) = table
+    voe_rate = vh / (vh + vm) if vh + vm else 0.0
+    base_rate = bh / (bh + bm) if bh + bm else 0.0
+    arr = np.array(table)
+    # chi2_contingency needs every row and column sum above zero.
+    p = float(chi2_contingency(arr)[1]) if (arr.sum(0) > 0).all() and (arr.sum(1) > 0).all() \
+        else 1.0
+    improvement = (voe_rate - base_rate) / base_rate if base_rate else None
+    return {"table": table, "voe_rate": round(voe_rate, 4), "baseline_rate": round(base_rate, 4),
+            "p_value": p, "improvement": None if improvement is None else round(improvement, 4),
+            "passed": bool(p < 0.05 and improvement is not None and improvement >= 0.2)}
+
+
+def run_voe_bench(data: str | Path, handle: ModelHandle, out_dir: str | Path, *,
+                  embedder: Embedder | None, limit: int | None = 60,
+                  max_turns: int | None = None, settings: VoESettings | None = None,
+                  conversations: set[str] | None = None, progress: bool = True
+                  ) -> dict[str, Any]:
+    """Replay ``limit`` sessions through both arms; returns the ``voe.json`` document.
+
+    Args:
+        max_turns: score at most this many user turns per session (quick runs).
+    """
+    settings = settings or VoESettings()
+    sessions = pick_sessions(read_subset(data, conversations), limit)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    failures = 0
+    started = time.perf_counter()
+    user_turns = sum(min(sum(t["speaker"] == c.speakers[0] for t in turns),
+                         max_turns or 10**9) for c, _, turns in sessions)
+    bar = tqdm(total=user_turns * len(ARMS), unit="turn", desc="voe", disable=not progress)
+    mark = handle.meter.mark()
+    with Store.open(out / "voe.db") as store, (out / "voe_turns.jsonl").open("w") as log:
+        for arm in ARMS:
+            for conv, index, turns in sessions:
+                user = f"{arm}:{conv.sample_id}"
+                VoEFacts(store).set_prediction(user, "")  # a new session is a new chat
+                loop = VoELoop(store, user, settings, use_facts=arm == "voe",
+                               persist_history=False)
+                asked = 0
+                for turn in turns:
+                    text = with_caption(turn["text"], turn)[:MAX_MESSAGE_CHARS].strip()
+                    if turn["speaker"] != conv.speakers[0]:
+                        loop.observe("assistant", text)
+                        continue
+                    if (max_turns is not None and asked >= max_turns) or not text:
+                        loop.observe("user", text or "(image)")
+                        continue
+                    asked += 1
+                    try:
+                        result = run_turn(loop, handle, text, reply_to_history=False)
+                    except ProgramParseError:
+                        failures += 1
+                        bar.update()
+                        continue
+                    row = {"arm": arm, "conversation": conv.sample_id, "session": index,
+                           "turn": turn["dia_id"], "actual": text,
+                           "predicted": result.cached_prediction, "llm_calls": result.llm_calls,
+                           "local_ms": result.local_ms, "fact": result.fact}
+                    rows.append(row)
+                    log.write(json.dumps(row) + "\n")
+                    bar.update()
+    bar.close()
+    calls = handle.meter.since(mark).calls
+    scored = [r for r in rows if r["predicted"]]
+    if embedder is not None and scored:
+        actual = embedder.encode([r["actual"] for r in scored])
+        predicted = embedder.encode([r["predicted"] for r in scored])
+        for r, cos in zip(scored, (actual * predicted).sum(1).tolist(), strict=True):
+            r["cosine"] = round(float(cos), 4)
+    for r in scored:
+        r["fuzzy"] = round(similarity(r["predicted"], r["actual"]) / 100, 4)
+    doc = _summary(rows, scored, calls, failures, embedder is not None)
+    doc.update({"benchmark": "VoE A/B (seed 000, H1)", "model": handle.name, "data": str(data),
+                "sessions": len(sessions), "max_turns": max_turns,
+                "settings": settings.model_dump(), "code": code_version(),
+                "wall_s": round(time.perf_counter() - started, 1)})
+    return doc
+
+
+def _summary(rows: list[dict[str, Any]], scored: list[dict[str, Any]], calls: int,
+             failures: int, with_cosine: bool) -> dict[str, Any]:
+    arms: dict[str, dict[str, Any]] = {}
+    tables: dict[str, list[list[int]]] = {}
+    for measure in ("fuzzy", "cosine") if with_cosine else ("fuzzy",):
+        table = []
+        for arm in ("voe", "baseline"):
+            mine = [r for r in scored if r["arm"] == arm]
+            hits = sum(1 for r in mine if r[measure] >= HIT)
+            table.append([hits, len(mine) - hits])
+            entry = arms.setdefault(arm, {"turns": len(mine),
+                                          "user_turns": sum(r["arm"] == arm for r in rows)})
+            entry["hits" if measure == "fuzzy" else "hits_cosine"] = hits
+            entry[f"mean_{measure}"] = round(sum(r[measure] for r in mine) / len(mine), 4) \
+                if mine else 0.0
+        tables[measure] = table
+    arms["voe"]["facts_stored"] = sum(1 for r in rows if r["arm"] == "voe" and r["fact"])
+    primary = decide(tables["fuzzy"])
+    local = sorted(r["local_ms"] for r in rows) or [0.0]
+    return {
+        "arms": {"baseline": arms["baseline"], "voe": arms["voe"]},
+        "p_value": primary["p_value"], "improvement": primary["improvement"],
+        "passed": primary["passed"], "fuzzy": primary,
+        "cosine": decide(tables["cosine"]) if with_cosine else None,
+        "llm_calls_per_turn": round(calls / max(len(rows) + failures, 1), 3),
+        "failures": failures,
+        "local_ms": {"p50": local[len(local) // 2], "p95": local[int(len(local) * 0.95)],
+                     "max": local[-1]},
+    }
+
+
+def voe_table(doc: dict[str, Any]) -> str:
+    """The A/B result as text."""
+    lines = [f"VoE A/B on {doc['model']}: {doc['sessions']} sessions per arm",
+             "", "| arm | scored turns | hits (fuzzy >= 0.6) | hits (cosine >= 0.6) | "
+             "mean fuzzy | mean cosine |", "|---|---|---|---|---|---|"]
+    for arm in ("baseline", "voe"):
+        a = doc["arms"][arm]
+        lines.append(f"| {arm} | {a['turns']} | {a['hits']} | {a.get('hits_cosine', '-')} | "
+                     f"{a['mean_fuzzy']} | {a.get('mean_cosine', '-')} |")
+    for measure in ("fuzzy", "cosine"):
+        d = doc.get(measure)
+        if d:
+            lines.append(f"{measure}: table {d['table']} (voe, baseline x hit, miss), "
+                         f"p = {d['p_value']:.4g}, improvement = {d['improvement']}, "
+                         f"passed = {d['passed']}")
+    lines.append(f"LLM calls per turn: {doc['llm_calls_per_turn']}; local check + retrieval "
+                 f"p95 {doc['local_ms']['p95']} ms; facts stored (voe arm): "
+                 f"{doc['arms']['voe']['facts_stored']}; failures: {doc['failures']}")
+    lines.append(f"H1 passed: {doc['passed']}")
+    return "\n".join(lines)
+
+
+def write_voe_outputs(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    """``voe.json`` and ``voe.md``."""
+    out = Path(out_dir)
+    paths = [out / "voe.json", out / "voe.md"]
+    paths[0].write_text(json.dumps(doc, indent=2))
+    paths[1].write_text(voe_table(doc) + "\n")
+    return paths

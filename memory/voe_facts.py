@@ -1,0 +1,123 @@
+"""The violation-of-expectation fact store: per user, a ring buffer of short facts.
+
+A fact is a ``FactItem`` with ``source="voe"``: its text, 1-5 tags, when it was recorded,
+and (in ``evidence``) the turn whose surprise produced it. At most ``max_facts`` are kept
+per user; adding one past the cap deletes the oldest. The user's cached prediction (what
+the agent expects them to say next) is a ``WorkingItem`` beside them, so both survive a
+restart. Retrieval is local: rapidfuzz, no model, no index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rapidfuzz import fuzz, utils
+
+from .models import FactItem, WorkingItem
+
+if TYPE_CHECKING:
+    from .store import Store
+
+SOURCE = "voe"
+PREDICTION_SOURCE = "voe:prediction"
+
+
+@dataclass(frozen=True)
+class ScoredFact:
+    """A fact and how well it matched the needed-info keywords (0-100)."""
+
+    fact: FactItem
+    score: float
+
+
+def similarity(a: str, b: str) -> float:
+    """rapidfuzz ratio (0-100) of two texts after lower-casing and dropping punctuation."""
+    return fuzz.ratio(a, b, processor=utils.default_process)
+
+
+class VoEFacts:
+    """One store's VoE facts and cached predictions (reach it as ``VoEFacts(store)``).
+
+    Args:
+        store: the store.
+        max_facts: the ring buffer's size per user (``MAX_FACTS``).
+    """
+
+    def __init__(self, store: Store, max_facts: int = 200) -> None:
+        if max_facts < 1:
+            raise ValueError("max_facts must be at least 1")
+        self.store = store
+        self.max_facts = max_facts
+
+    def add(self, user_id: str, text: str, tags: list[str], turn: str | None = None
+            ) -> FactItem:
+        """Append a fact (1-5 tags) and trim the user's oldest beyond ``max_facts``."""
+        tags = [t.strip()[:40] for t in tags if t and t.strip()][:5]
+        if not text.strip():
+            raise ValueError("a fact needs text")
+        if not tags:
+            raise ValueError("a fact needs 1-5 tags")
+        item = FactItem(user_id=user_id, text=text.strip(), tags=tags, source=SOURCE,
+                        evidence=[turn] if turn else [])
+        with self.store.transaction():
+            fact_id = self.store.add(item)
+            for old in self.facts(user_id)[: -self.max_facts]:
+                self.store.delete(user_id, old.id)
+        stored = self.store.get(user_id, fact_id)
+        assert isinstance(stored, FactItem)
+        return stored
+
+    def facts(self, user_id: str) -> list[FactItem]:
+        """The user's facts, oldest first."""
+        rows = self.store._q(
+            "SELECT * FROM items WHERE user_id = ? AND kind = 'fact' AND source = ?"
+            " ORDER BY recorded_at, rowid", (user_id, SOURCE))
+        return [f for f in (self.store._item(r) for r in rows) if isinstance(f, FactItem)]
+
+    def delete(self, user_id: str, fact_id: str) -> bool:
+        """Delete one of the user's facts; True if it existed."""
+        item = self.store.get(user_id, fact_id)
+        if not isinstance(item, FactItem) or item.source != SOURCE:
+            return False
+        return self.store.delete(user_id, fact_id)
+
+    def search(self, facts: list[FactItem], needed: list[str], k: int, min_score: float = 0.0
+               ) -> list[ScoredFact]:
+        """The ``k`` best facts for the keywords: score = max over keywords of the best of
+        fuzzy(text, kw) and fuzzy(tag, kw); ties go to the newest fact.
+
+        ``facts`` is passed in (oldest first, as ``facts()`` returns them) so a caller can
+        keep them in memory between turns.
+        """
+        keywords = [kw for kw in needed if kw and kw.strip()]
+        if not keywords or k < 1:
+            return []
+        scored = []
+        for age, fact in enumerate(facts):
+            best = max(max(fuzz.token_set_ratio(fact.text, kw, processor=utils.default_process),
+                           max((similarity(tag, kw) for tag in fact.tags), default=0.0))
+                       for kw in keywords)
+            if best >= min_score:
+                scored.append((best, age, fact))
+        scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
+        return [ScoredFact(fact, round(score, 1)) for score, _, fact in scored[:k]]
+
+    def prediction(self, user_id: str) -> str | None:
+        """The cached prediction of the user's next message, if any."""
+        row = self.store.conn.execute(
+            "SELECT text FROM items WHERE user_id = ? AND kind = 'working' AND source = ?"
+            " ORDER BY rowid DESC LIMIT 1", (user_id, PREDICTION_SOURCE)).fetchone()
+        return None if row is None else row[0]
+
+    def set_prediction(self, user_id: str, text: str) -> None:
+        """Replace the cached prediction."""
+        with self.store.transaction():
+            for (old,) in self.store.conn.execute(
+                    "SELECT id FROM items WHERE user_id = ? AND kind = 'working' AND source = ?",
+                    (user_id, PREDICTION_SOURCE)).fetchall():
+                self.store.delete(user_id, old)
+            if text.strip():
+                self.store.add(WorkingItem(user_id=user_id, text=text.strip(),
+                                           source=PREDICTION_SOURCE,
+                                           title="next user message"))
