@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rapidfuzz import fuzz, utils
+import numpy as np
+from rapidfuzz import fuzz, process, utils
 
 from .models import FactItem, WorkingItem
 
@@ -85,23 +86,30 @@ class VoEFacts:
     def search(self, facts: list[FactItem], needed: list[str], k: int, min_score: float = 0.0
                ) -> list[ScoredFact]:
         """The ``k`` best facts for the keywords: score = max over keywords of the best of
-        fuzzy(text, kw) and fuzzy(tag, kw); ties go to the newest fact.
+        fuzzy(text, kw) (rapidfuzz token-set ratio: a keyword inside a sentence scores
+        high) and fuzzy(tag, kw) (plain ratio); ties go to the newest fact; facts below
+        ``min_score`` are left out.
 
         ``facts`` is passed in (oldest first, as ``facts()`` returns them) so a caller can
         keep them in memory between turns.
         """
         keywords = [kw for kw in needed if kw and kw.strip()]
-        if not keywords or k < 1:
+        if not keywords or k < 1 or not facts:
             return []
-        scored = []
-        for age, fact in enumerate(facts):
-            best = max(max(fuzz.token_set_ratio(fact.text, kw, processor=utils.default_process),
-                           max((similarity(tag, kw) for tag in fact.tags), default=0.0))
-                       for kw in keywords)
-            if best >= min_score:
-                scored.append((best, age, fact))
-        scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
-        return [ScoredFact(fact, round(score, 1)) for score, _, fact in scored[:k]]
+        # One C-level pass per scorer (rapidfuzz's cdist), then a max per fact.
+        text = process.cdist([f.text for f in facts], keywords, scorer=fuzz.token_set_ratio,
+                             processor=utils.default_process).max(axis=1)
+        owners = [i for i, f in enumerate(facts) for _ in f.tags]
+        if owners:
+            tags = process.cdist([t for f in facts for t in f.tags], keywords,
+                                 scorer=fuzz.ratio, processor=utils.default_process).max(axis=1)
+            best_tag = np.zeros(len(facts))
+            np.maximum.at(best_tag, owners, tags)
+            text = np.maximum(text, best_tag)
+        # Highest score first; among equals the newest (the highest position) first.
+        order = np.lexsort((-np.arange(len(facts)), -text))
+        return [ScoredFact(facts[i], round(float(text[i]), 1)) for i in order[:k]
+                if text[i] >= min_score]
 
     def prediction(self, user_id: str) -> str | None:
         """The cached prediction of the user's next message, if any."""
