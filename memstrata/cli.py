@@ -234,6 +234,11 @@ def cmd_bench_tools(args: argparse.Namespace) -> int:
     return _report(tool_table(doc), write_tool_outputs(doc, args.out))
 
 
+def _add_data_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default=str(_SHARED / "locomo_dev.json"),
+                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lm", default="local/smollm2",
                    help="the model: local/smollm2 (embedded, offline; default), "
@@ -357,8 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = bsub.add_parser("retrieval", help="LoCoMo evidence recall, four retrievers side by side",
                         description=cmd_bench_retrieval.__doc__ + " No LLM is used.")
-    p.add_argument("--data", default=str(_SHARED / "locomo_dev.json"),
-                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
+    _add_data_arg(p)
     p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
                    "beside --data, if present)")
     p.add_argument("--out", default="out", help="output folder (default ./out)")
@@ -371,8 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = bsub.add_parser("locomo", help="LoCoMo question answering, four systems, one model",
                         description=cmd_bench_locomo.__doc__)
-    p.add_argument("--data", default=str(_SHARED / "locomo_dev.json"),
-                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
+    _add_data_arg(p)
     p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
                    "beside --data, if present)")
     p.add_argument("--lm", default="local/smollm2",
@@ -411,15 +414,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = bsub.add_parser("leakage", help="E7: naive vs handle tools, same model and budgets",
                         description=cmd_bench_leakage.__doc__)
-    p.add_argument("--data", default=str(_SHARED / "locomo_dev.json"),
-                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
+    _add_data_arg(p)
     p.add_argument("--limit", type=int, default=10,
                    help="questions, spread over conversations and categories (default 10)")
     p.add_argument("--conversations", help="comma-separated sample ids")
     p.add_argument("--categories", help="comma-separated categories (default 1,2,3,4)")
     p.add_argument("--out", default="out", help="output folder (default ./out)")
     _add_model_args(p)
-    p.set_defaults(lm="local/smollm2")
     p.epilog = ("--lm policy/search-read runs a scripted tool-using policy instead of a "
                 "model: the same code in both arms, so the tool contract alone differs.")
     _add_executor_args(p, 10_000)
@@ -427,8 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = bsub.add_parser("voe", help="A/B test of the VoE loop against a no-facts baseline",
                         description=cmd_bench_voe.__doc__)
-    p.add_argument("--data", default=str(_SHARED / "locomo_dev.json"),
-                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
+    _add_data_arg(p)
     p.add_argument("--limit", type=int, default=60,
                    help="sessions per arm, spread over conversations (default 60)")
     p.add_argument("--max-turns", type=int, help="score at most N user turns per session")
