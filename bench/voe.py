@@ -57,7 +57,10 @@ def decide(table: list[list[int]]) -> dict[str, Any]:
     # chi2_contingency needs every row and column sum above zero.
     p = float(chi2_contingency(arr)[1]) if (arr.sum(0) > 0).all() and (arr.sum(1) > 0).all() \
         else 1.0
-    improvement = (voe_rate - base_rate) / base_rate if base_rate else None
+    # Relative change of the hit rate; with no baseline hits it is 0 when the VoE arm has
+    # none either, and undefined (None: JSON has no infinity) when it has some.
+    improvement = ((voe_rate - base_rate) / base_rate if base_rate
+                   else 0.0 if voe_rate == 0 else None)
     return {"table": table, "voe_rate": round(voe_rate, 4), "baseline_rate": round(base_rate, 4),
             "p_value": p, "improvement": None if improvement is None else round(improvement, 4),
             "passed": bool(p < 0.05 and improvement is not None and improvement >= 0.2)}

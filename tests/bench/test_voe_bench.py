@@ -22,7 +22,8 @@ def test_chi_squared_decision_on_constructed_tables() -> None:
     assert not lucky["passed"] and lucky["improvement"] == 1.0
     assert decide([[0, 5], [0, 5]]) == {"table": [[0, 5], [0, 5]], "voe_rate": 0.0,
                                         "baseline_rate": 0.0, "p_value": 1.0,
-                                        "improvement": None, "passed": False}
+                                        "improvement": 0.0, "passed": False}
+    assert decide([[4, 1], [0, 5]])["improvement"] is None  # from zero: no finite ratio
 
 
 def test_sessions_are_spread_then_kept_in_order(write_json) -> None:
