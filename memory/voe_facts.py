@@ -63,8 +63,12 @@ class VoEFacts:
                         evidence=[turn] if turn else [])
         with self.store.transaction():
             fact_id = self.store.add(item)
-            for old in self.facts(user_id)[: -self.max_facts]:
-                self.store.delete(user_id, old.id)
+            # Ids only (no model validation): this runs on every surprising turn.
+            for (old,) in self.store.conn.execute(
+                    "SELECT id FROM items WHERE user_id = ? AND kind = 'fact' AND source = ?"
+                    " ORDER BY recorded_at DESC, rowid DESC LIMIT -1 OFFSET ?",
+                    (user_id, SOURCE, self.max_facts)).fetchall():
+                self.store.delete(user_id, old)
         stored = self.store.get(user_id, fact_id)
         assert isinstance(stored, FactItem)
         return stored

@@ -20,20 +20,29 @@ def model_from_args(args: argparse.Namespace):
                     max_tokens=args.max_tokens)
 
 
-def executor_settings_from_args(args: argparse.Namespace):
-    """``ExecutorSettings`` from the executor flags; a bad value exits naming its flag."""
+def from_flags(model: type, flags: dict[str, tuple[str, object]]):
+    """``model(**fields)`` from command-line flags given as ``{flag: (field, value)}``; a
+    value the model refuses exits naming the flag the user typed."""
     from pydantic import ValidationError
 
-    from memstrata.programs import ExecutorSettings
-
     try:
-        return ExecutorSettings(
-            executor=args.executor, interpreter=args.interpreter, max_iters=args.max_iters,
-            max_llm_calls=args.max_llm_calls, max_output_chars=args.max_output_chars)
+        return model(**dict(flags.values()))
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise SystemExit(f"memstrata: --{str(first['loc'][0]).replace('_', '-')}: "
-                         f"{first['msg']}") from None
+        flag = next((f for f, (field, _) in flags.items() if field == first["loc"][0]),
+                    str(first["loc"][0]))
+        raise SystemExit(f"memstrata: --{flag}: {first['msg']}") from None
+
+
+def executor_settings_from_args(args: argparse.Namespace):
+    """``ExecutorSettings`` from the executor flags; a bad value exits naming its flag."""
+    from memstrata.programs import ExecutorSettings
+
+    return from_flags(ExecutorSettings, {
+        "executor": ("executor", args.executor), "interpreter": ("interpreter", args.interpreter),
+        "max-iters": ("max_iters", args.max_iters),
+        "max-llm-calls": ("max_llm_calls", args.max_llm_calls),
+        "max-output-chars": ("max_output_chars", args.max_output_chars)})
 
 
 def caps_from_json(raw: str | None):

@@ -29,17 +29,12 @@ def _internals(result, out: TextIO) -> None:
 
 
 def _settings(args: argparse.Namespace):
-    from pydantic import ValidationError
-
+    from memstrata.agent_commands import from_flags
     from memstrata.programs.voe import VoESettings
 
-    try:
-        return VoESettings(max_facts=args.max_facts, fuzzy_threshold=args.threshold,
-                           top_k=args.top_k)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise SystemExit(f"memstrata: --{str(first['loc'][0]).replace('_', '-')}: "
-                         f"{first['msg']}") from None
+    return from_flags(VoESettings, {"max-facts": ("max_facts", args.max_facts),
+                                    "threshold": ("fuzzy_threshold", args.threshold),
+                                    "top-k": ("top_k", args.top_k)})
 
 
 def cmd_chat(args: argparse.Namespace, stdin=None, out: TextIO | None = None) -> int:

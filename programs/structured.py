@@ -26,6 +26,7 @@ from dspy.adapters.utils import format_field_value
 from dspy.utils.exceptions import AdapterParseError
 
 from .errors import ProgramParseError
+from .lm import LOCAL_PREFIX
 
 
 def _kind(annotation: Any) -> str:
@@ -94,7 +95,8 @@ class CompactJSONAdapter(dspy.JSONAdapter):
     def _prepare_response_format(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any) -> None:
         super()._prepare_response_format(lm, lm_kwargs, signature)
         fmt = lm_kwargs.get("response_format")
-        if fmt == {"type": "json_object"} and str(getattr(lm, "model", "")).startswith("local/"):
+        if fmt == {"type": "json_object"} and str(getattr(lm, "model", "")).startswith(
+                LOCAL_PREFIX):
             # DSPy drops to schema-less JSON mode when an output is an open mapping (ReAct's
             # tool args): strict APIs reject open objects. llama.cpp's grammar takes them,
             # and without a schema a small model answers with the wrong keys.

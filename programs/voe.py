@@ -21,7 +21,6 @@ History, facts and the cached prediction live in the store, so a chat survives a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Annotated
 
 import dspy
@@ -219,14 +218,11 @@ def check_message(message: str) -> str:
     return text
 
 
-def run_turn(loop: VoELoop, handle: ModelHandle, message: str,
-             on_result: Callable[[TurnResult], None] | None = None, **kwargs: object
-             ) -> TurnResult:
+def run_turn(loop: VoELoop, handle: ModelHandle, message: str, *,
+             reply_to_history: bool = True) -> TurnResult:
     """One turn on ``handle``'s model, with its LLM calls counted into the result."""
     mark = handle.meter.mark()
     with dspy.context(lm=handle.lm):
-        result = loop(message, **kwargs)
+        result = loop(message, reply_to_history=reply_to_history)
     result.llm_calls = handle.meter.since(mark).calls
-    if on_result is not None:
-        on_result(result)
     return result

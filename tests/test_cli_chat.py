@@ -93,3 +93,8 @@ def test_chat_through_a_pseudo_terminal_on_the_embedded_model(tmp_path: Path) ->
         if proc.poll() is None:
             proc.kill()
         os.close(master)
+
+
+def test_chat_knobs_are_validated_by_their_flag_names(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--threshold: Input should be less than or equal"):
+        main(["chat", "--user", "ana", "--db", str(tmp_path / "c.db"), "--threshold", "500"])

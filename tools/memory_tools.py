@@ -70,10 +70,11 @@ def mem_search(b: Binding, query: str, k: int | None = None, kind: str | None = 
     filters = Filters(kinds=kinds, speaker=speaker)
     hits = _retriever(b).search(b.user_id, query, k=k * _OVERFETCH if polarity else k,
                                 filters=filters, nodes=nodes)
+    items = {i.id: i for i in b.store.get_many(b.user_id, [h.id for h in hits
+                                                           if h.node == "item"])}
     if polarity:
-        items = {i.id: i for i in b.store.get_many(b.user_id, [h.id for h in hits])}
         hits = [h for h in hits if getattr(items.get(h.id), "polarity", None) == polarity][:k]
-    titles = _titles(b, [h.id for h in hits if h.node == "item"])
+    titles = {i: item.title for i, item in items.items() if item.title}
     results = []
     for h in hits:
         when = h.event_time.date().isoformat() if h.event_time else None
@@ -82,10 +83,6 @@ def mem_search(b: Binding, query: str, k: int | None = None, kind: str | None = 
                         "description": one_line(h.text, b.caps.description_chars),
                         "speaker": h.speaker, "when": when})
     return {"query": query, "results": results}
-
-
-def _titles(b: Binding, item_ids: list[str]) -> dict[str, str]:
-    return {i.id: i.title for i in b.store.get_many(b.user_id, item_ids) if i.title}
 
 
 def _full(b: Binding, ids: list[str], cap_text: int | None) -> dict[str, Any]:
