@@ -235,17 +235,19 @@ class LoadStats:
 
 def load_conversation(
     store: Store, conv: LoCoMoConversation, *, embedder: Embedder | None = None,
-    stats: LoadStats | None = None,
+    stats: LoadStats | None = None, tenant: str | None = None,
 ) -> list[str]:
     """Write one conversation as its own tenant, replacing any earlier load of it.
 
-    Embeddings (if an embedder is given) are computed before the transaction opens, so
-    the write itself is short; everything of the conversation commits together.
+    ``tenant`` puts it under a shared tenant instead (one user's several conversations,
+    as cross-conversation reconciliation needs). Embeddings (if an embedder is given)
+    are computed before the transaction opens, so the write itself is short; everything
+    of the conversation commits together.
     """
     import time
 
     stats = stats if stats is not None else LoadStats()
-    user = conv.sample_id
+    user = tenant or conv.sample_id
     turns: list[Turn] = []
     seq = 0
     for index, date, raw_turns in conv.sessions:
@@ -311,12 +313,14 @@ def transcript(turns: list[Turn]) -> str:
 
 def load_locomo(
     store: Store, conversations: list[LoCoMoConversation], *, embedder: Embedder | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, tenant: str | None = None,
 ) -> LoadStats:
-    """Load several conversations, one transaction each; ``progress(turns)`` after each."""
+    """Load several conversations, one transaction each; ``progress(turns)`` after each.
+
+    Each is its own tenant unless ``tenant`` names one for all of them."""
     stats = LoadStats()
     for conv in conversations:
-        load_conversation(store, conv, embedder=embedder, stats=stats)
+        load_conversation(store, conv, embedder=embedder, stats=stats, tenant=tenant)
         if progress is not None:
             progress(conv.turn_count)
     return stats

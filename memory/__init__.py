@@ -15,6 +15,7 @@ from .models import (
     ConsolidatedItem,
     Conversation,
     Edge,
+    EntityItem,
     EpisodicItem,
     FactItem,
     Hit,
@@ -22,6 +23,7 @@ from .models import (
     PersonaItem,
     ProceduralItem,
     ProspectiveItem,
+    QAPairItem,
     SemanticItem,
     SensoryItem,
     Session,
@@ -35,9 +37,9 @@ from .store import Filters, Store
 
 __all__ = [
     "DEFAULT_MODEL", "ITEM_KINDS", "ConsolidatedItem", "Conversation", "Edge", "Embedder",
-    "EpisodicItem", "FactItem", "Filters", "Hit", "Item", "MiniLMEmbedder", "PersonaItem",
-    "ProceduralItem", "ProspectiveItem", "QueryAnalysis", "Retriever", "SearchWeights",
-    "SemanticItem", "SensoryItem", "Session", "StaticMiniLMEmbedder", "Store", "StrategyItem",
-    "Turn", "WorkingItem",
+    "EntityItem", "EpisodicItem", "FactItem", "Filters", "Hit", "Item", "MiniLMEmbedder",
+    "PersonaItem", "ProceduralItem", "ProspectiveItem", "QAPairItem", "QueryAnalysis",
+    "Retriever", "SearchWeights", "SemanticItem", "SensoryItem", "Session",
+    "StaticMiniLMEmbedder", "Store", "StrategyItem", "Turn", "WorkingItem",
     "analyse", "default_embedder",
 ]

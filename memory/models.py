@@ -126,13 +126,23 @@ Item.BASE_FIELDS = frozenset(Item.model_fields)
 
 
 class FactItem(Item):
-    """A structured fact: subject, predicate, object (and where, if known)."""
+    """A structured fact: subject, predicate, object (and where, if known).
+
+    ``speaker`` said it, ``about`` is whom it concerns; ``event_time`` .. ``time_end`` is
+    the span it happened in, resolved from ``time_text`` (the words used) against the
+    session date, at ``granularity`` (day, week, month, year). ``evidence`` holds the
+    source turn ids (LoCoMo's ``D3:7``) inside ``conversation_id``.
+    """
 
     kind: Literal["fact"] = "fact"
     subject: str = ""
     predicate: str = ""
     object: str = ""
     location: str | None = None
+    time_text: str = ""
+    time_end: UTCDateTime | None = None
+    granularity: str | None = None
+    session_id: str | None = None
 
 
 class SemanticItem(Item):
@@ -196,6 +206,33 @@ class PersonaItem(Item):
     value: str = ""
 
 
+class EntityItem(Item):
+    """A person (or other entity) as one conversation knows it.
+
+    One row per name per conversation: two conversations' "John" are two entities until
+    the reconciler decides they are the same person. ``roles`` are what the entity is to
+    others ("Maria's friend"), ``states`` what held of it at a time ("lives in Oslo").
+    """
+
+    kind: Literal["entity"] = "entity"
+    name: str = ""
+    entity_type: str = "person"
+    roles: list[str] = Field(default_factory=list)
+    states: list[str] = Field(default_factory=list)
+    aliases: list[str] = Field(default_factory=list)
+
+
+class QAPairItem(Item):
+    """A question a passage answers, with the answer (the seed's QA network).
+
+    ``title`` is the question; ``text`` is "question answer" so both are searchable.
+    """
+
+    kind: Literal["qa"] = "qa"
+    question: str = ""
+    answer: str = ""
+
+
 class ConsolidatedItem(Item):
     """An item merged from others; ``sources`` are the merged items' ids."""
 
@@ -213,6 +250,8 @@ AnyItem = Annotated[
     | SensoryItem
     | StrategyItem
     | PersonaItem
+    | EntityItem
+    | QAPairItem
     | ConsolidatedItem,
     Field(discriminator="kind"),
 ]
@@ -221,7 +260,8 @@ ITEM_KINDS: tuple[str, ...] = tuple(
     cls.model_fields["kind"].default
     for cls in (
         FactItem, SemanticItem, EpisodicItem, ProceduralItem, ProspectiveItem,
-        WorkingItem, SensoryItem, StrategyItem, PersonaItem, ConsolidatedItem,
+        WorkingItem, SensoryItem, StrategyItem, PersonaItem, EntityItem, QAPairItem,
+        ConsolidatedItem,
     )
 )
 
