@@ -1,13 +1,16 @@
 """``memstrata bench locomo``: LoCoMo question answering, four systems, one model, one run.
 
 Every system answers with the same ``QA`` program on the same LM; only the memories
-differ:
+(and, for memstrata, the verification before answering) differ:
 
 * ``no_memory``: none (how much the model guesses, or abstains, on its own);
 * ``full_context``: the whole conversation, cut to the model's window (the most recent
   turns are kept; the report says how much was cut);
 * ``naive_rag``: rank-bm25 top-k raw turns, no other processing;
-* ``memstrata``: hybrid retrieval and the line packer (dedup, resolved dates, budget).
+* ``memstrata``: the personal answer path (``programs.answer.PersonalAnswerer``): routing,
+  hybrid retrieval, a deterministic check of who did what (it abstains, without asking
+  the model, when the memories credit the thing asked about to someone else), then
+  ``QA`` over the line packer's block; every answer keeps its provenance.
 
 Answers are cached per system, model, question and settings in ``answers.jsonl`` beside
 the results, so an interrupted run continues where it stopped.
@@ -26,8 +29,9 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
 from memstrata.memory import Embedder, Retriever, SearchWeights, Store
-from memstrata.packers import MemoryLine, from_hits, pack, render
+from memstrata.packers import MemoryLine, pack, render
 from memstrata.programs import QA, ModelHandle, ProgramParseError
+from memstrata.programs.answer import AnswerSettings, AnswerWithProvenance, PersonalAnswerer
 from memstrata.programs.judge import AnswerJudge
 from memstrata.trajectories import Recorder
 from pydantic import BaseModel
@@ -84,6 +88,8 @@ class Answer(BaseModel):
     seconds: float = 0.0
     context_tokens: int = 0
     judge: dict[str, bool] | None = None
+    provenance: AnswerWithProvenance | None = None
+    """memstrata's route, verification and evidence (None for the baselines and old caches)."""
 
 
 def _fingerprint(handle: ModelHandle, settings: QASettings) -> str:
@@ -196,22 +202,15 @@ class Context(BaseModel):
 
 
 def _contexts(store: Store, convs: list[LoCoMoConversation], questions: list[Question],
-              handle: ModelHandle, settings: QASettings, embedder: Embedder | None,
-              weights: SearchWeights | None) -> tuple[dict[str, Callable[[Question], Context]],
-                                                       dict[str, Any]]:
-    retriever = Retriever(store, embedder, weights)
+              handle: ModelHandle, settings: QASettings
+              ) -> tuple[dict[str, Callable[[Question], Context]], dict[str, Any]]:
+    # The baselines' contexts; memstrata builds its own (see qa_personal.py).
     lines = {c.sample_id: _turn_lines(store, c) for c in convs}
     by_id = {sid: {ln.id: ln for ln in ls} for sid, ls in lines.items()}
     bm25 = {sid: BM25Index([ln.id for ln in ls], [ln.text for ln in ls], TOKENIZERS["bm25_tokens"])
             for sid, ls in lines.items()}
     window_budget = max(handle.window - _reserved(handle, settings, questions), 0)
     full: dict[str, dict[str, Any]] = {}
-
-    def memstrata(q: Question) -> Context:
-        hits = retriever.search(q.sample_id, q.question, k=settings.retrieve_k, nodes=("turn",))
-        packed = pack(from_hits(hits), settings.budget, handle.count_tokens)
-        return Context(text=packed.text, retrieved=[h.turn_id or h.id for h in hits],
-                       packed=packed.ids)
 
     def naive_rag(q: Question) -> Context:
         ids = bm25[q.sample_id].search(q.question, settings.naive_k)
@@ -226,7 +225,7 @@ def _contexts(store: Store, convs: list[LoCoMoConversation], questions: list[Que
         kept = full[q.sample_id]
         return Context(text=kept["text"], note=f"last {kept['turns']} of {kept['of']} turns")
 
-    builders = {"memstrata": memstrata, "naive_rag": naive_rag,
+    builders = {"naive_rag": naive_rag,
                 "no_memory": lambda q: Context(text=NO_MEMORIES), "full_context": full_context}
     return builders, full
 
@@ -329,6 +328,8 @@ def run_locomo_bench(
     questions = select_questions(convs, categories=categories, limit=limit)
     asked = {q.sample_id for q in questions}
     convs = [c for c in convs if c.sample_id in asked]
+    from .qa_personal import answer_personal, path_fingerprint  # it imports this module
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cache = AnswerCache(out / "answers.jsonl")
@@ -341,14 +342,21 @@ def run_locomo_bench(
     # injected memories, LLM usage, F1), and the runs point at its state.
     with Store.open(out / "locomo.db") as store:
         load_locomo(store, convs, embedder=embedder)
-        builders, full = _contexts(store, convs, questions, handle, settings, embedder,
-                                   weights)
+        builders, full = _contexts(store, convs, questions, handle, settings)
+        personal = PersonalAnswerer(
+            store, retriever=Retriever(store, embedder, weights), qa=qa,
+            count_tokens=handle.count_tokens,
+            settings=AnswerSettings(retrieve_k=settings.retrieve_k, budget=settings.budget))
+        path = path_fingerprint(personal)
         for q, system in _walk(questions, systems, progress):
             key = f"{system}|{handle.name}|{q.qid}|{fingerprint}"
+            key += f"+{path}" if system == "memstrata" else ""  # its own code, its own key
             record = cache.get(key)
             if record is None:
-                record = _answer(qa, handle, system, key, q, builders[system], store,
-                                 settings)
+                record = (answer_personal(personal, handle, key, q, store, settings)
+                          if system == "memstrata" else
+                          _answer(qa, handle, system, key, q, builders[system], store,
+                                  settings))
                 cache.put(record)
             if judge is not None and record.judge is None:
                 verdicts = {"original": _judge(answer_judge, judge, q, record.answer, False),

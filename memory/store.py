@@ -617,6 +617,19 @@ class Store:
             )
         return len(rows)
 
+    def edges(self, user_id: str, *, src: str | None = None, dst: str | None = None,
+              relation: str | None = None, limit: int = 1000) -> list[Edge]:
+        """The tenant's edges from ``src`` and/or to ``dst``, optionally of one relation."""
+        sql, args = "SELECT * FROM edges WHERE user_id = ?", [user_id]
+        for column, value in (("src", src), ("dst", dst), ("relation", relation)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                args.append(value)
+        rows = self._q(sql + " ORDER BY id LIMIT ?", [*args, int(limit)])
+        return [Edge(id=r["id"], user_id=r["user_id"], src=r["src"], dst=r["dst"],
+                     relation=r["relation"], weight=r["weight"],
+                     metadata=json.loads(r["metadata"] or "{}")) for r in rows]
+
     def neighbors(
         self,
         user_id: str,

@@ -21,6 +21,9 @@ from memstrata.agent_commands import (
     model_from_args,
 )
 from memstrata.chat_commands import cmd_chat, cmd_facts
+from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest
+from memstrata.personal_commands import add_reconcile_args, cmd_reconcile
+from memstrata.verify_commands import add_verify_parser
 
 DEFAULT_DB = "memstrata.db"
 _SHARED = Path("..") / "shared" / "data" / "locomo"
@@ -280,6 +283,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (lexical only)")
     p.set_defaults(func=cmd_load)
 
+    p = sub.add_parser("ingest", help="load conversations and extract facts, QA pairs, "
+                       "entities and persona with a model", description=cmd_ingest.__doc__)
+    _add_data_arg(p)
+    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--tenant", help="one tenant for all conversations (default: each its own)")
+    p.add_argument("--cache", help="extraction cache (default <db>.extractions.jsonl)")
+    p.add_argument("--no-embed", action="store_true", help="skip embeddings (lexical only)")
+    p.add_argument("--json", action="store_true", help="one JSON report per conversation")
+    add_ingest_args(p)
+    _add_model_args(p)
+    p.set_defaults(func=cmd_ingest)
+
     p = sub.add_parser("search", help="hybrid search over one tenant's memory",
                        description=cmd_search.__doc__)
     p.add_argument("query")
@@ -356,6 +371,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--limit", type=int, default=50, help="newest N runs (default 50)")
     p.set_defaults(func=cmd_runs)
 
+    p = sub.add_parser("reconcile", help="one name in several conversations: one person "
+                       "or several? (MERGE/SEPARATE, with reasons)",
+                       description=cmd_reconcile.__doc__)
+    _add_data_arg(p)
+    add_reconcile_args(p)
+    _add_model_args(p)
+    p.set_defaults(func=cmd_reconcile)
+
     bench = sub.add_parser("bench", help="benchmarks (retrieval, locomo, scale, leakage, tools)",
                            description="Benchmarks; each writes JSON and a PNG chart to --out.")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
@@ -372,6 +395,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no embedding model: skip the dense channel and the 'dense' system")
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
     p.set_defaults(func=cmd_bench_retrieval)
+
+    p = bsub.add_parser("facts", help="extraction at ingest; evidence recall through facts "
+                        "vs raw turns", description=cmd_bench_facts.__doc__)
+    _add_data_arg(p)
+    p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
+                   "beside --data, if present)")
+    p.add_argument("--out", default="out", help="output folder (default ./out); the store "
+                   "and the extraction cache stay there")
+    p.add_argument("--no-dense", action="store_true", help="skip the dense channel")
+    p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
+    add_ingest_args(p)
+    _add_model_args(p)
+    p.set_defaults(func=cmd_bench_facts)
 
     p = bsub.add_parser("locomo", help="LoCoMo question answering, four systems, one model",
                         description=cmd_bench_locomo.__doc__)
@@ -401,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-dense", action="store_true", help="memstrata without embeddings")
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
     p.set_defaults(func=cmd_bench_locomo)
+    add_verify_parser(bsub)
 
     p = bsub.add_parser("scale", help="ingest rate and search latency at 10k-1M items",
                         description=cmd_bench_scale.__doc__)

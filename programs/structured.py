@@ -123,12 +123,16 @@ class StructuredPredict(dspy.Module):
         signature: the DSPy signature (a class with a docstring: small models answer a
             bare string signature with its literal placeholders).
         name: the program's name, used in errors and trajectories.
+        max_tokens: this program's output budget, when it needs another than the LM's
+            (an extractor's bounded JSON is longer than an answer).
     """
 
-    def __init__(self, signature: type[dspy.Signature], name: str) -> None:
+    def __init__(self, signature: type[dspy.Signature], name: str,
+                 max_tokens: int | None = None) -> None:
         super().__init__()
         self.predict = dspy.Predict(signature)
         self.name = name
+        self.max_tokens = max_tokens
 
     @property
     def signature(self) -> type[dspy.Signature]:
@@ -140,9 +144,10 @@ class StructuredPredict(dspy.Module):
         lm = dspy.settings.lm
         model = getattr(lm, "model", "the configured LM")
         last: AdapterParseError | None = None
-        retry = {"rollout_id": 1, "temperature": 0.7,
-                 "max_tokens": 2 * int(getattr(lm, "kwargs", {}).get("max_tokens") or 256)}
-        for config in ({}, retry):
+        budget = self.max_tokens or int(getattr(lm, "kwargs", {}).get("max_tokens") or 256)
+        first = {"max_tokens": self.max_tokens} if self.max_tokens else {}
+        retry = {"rollout_id": 1, "temperature": 0.7, "max_tokens": 2 * budget}
+        for config in (first, retry):
             with dspy.context(adapter=CompactJSONAdapter()):
                 try:
                     return self.predict(**inputs, config=config)

@@ -199,8 +199,9 @@ def test_every_answer_is_a_recorded_run(data, tmp_path, scripted):
         run = next(r for r in runs if r.program == "qa.memstrata"
                    and r.task == "What pet did Alice adopt?")
         assert run.status == "ok" and run.verdict["f1"] == 1.0 and run.usage["calls"] == 1
-        assert run.output["answer"] == "a guinea pig" and run.layers == ["turns"]
+        assert run.output["answer"] == "a guinea pig" and run.layers == ["turns", "items"]
         steps = {s.kind: s for s in store.runs.steps("conv-1", run.id)}
-        assert set(steps) == {"retrieve", "pack", "inject"}
+        assert set(steps) == {"route", "retrieve", "verify", "pack", "inject"}
+        assert steps["route"].output and steps["verify"].name == "supported"
         assert "D1:1" in steps["retrieve"].data["ids"] and "D1:1" in steps["pack"].data["ids"]
         assert "guinea pig" in steps["inject"].output and steps["inject"].data["tokens"] > 0

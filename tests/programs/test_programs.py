@@ -89,27 +89,28 @@ def test_retry_recovers(scripted) -> None:
     assert handle.meter.since(0).calls == 2
 
 
-def test_extractor_resolves_times_and_filters_evidence(scripted) -> None:
-    def reply(system: str, user: str, schema):
-        assert "8 May 2023" in field(user, "session_date")
-        return {"facts": [
-            {"subject": "Ana", "predicate": "moved to", "object": "Oslo", "time": "last month",
-             "speaker": "Ana", "evidence": ["D1:1", "D7:7"], "tags": ["Move", "home", " "]},
-            {"subject": "Ana", "predicate": "likes", "object": "tea", "time": "",
-             "speaker": "Ana", "evidence": ["D1:2"], "tags": []},
-        ]}
+def test_extractor_proposes_from_turns_without_ids(scripted) -> None:
+    from memstrata.memory.chunking import Chunk
+    from memstrata.memory.models import Turn
 
+    seen: list[str] = []
+
+    def reply(system: str, user: str, schema):
+        seen.append(field(user, "turns"))
+        return {"facts": [{"subject": "Ana", "predicate": "moved to", "object": "Oslo",
+                           "time": "last month", "location": ""}],
+                "entities": [], "qa": []}
+
+    chunk = Chunk(conversation_id="c", turns=[Turn(
+        user_id="u", conversation_id="c", session_id="s1", turn_id="D1:1", seq=0,
+        speaker="Ana", text="I moved to Oslo last month.", event_time=datetime(2023, 5, 8))])
     handle = scripted(reply)
     with dspy.context(lm=handle.lm):
-        out = Extractor()(turns="[D1:1] Ana: I moved to Oslo last month.\n[D1:2] Ana: Tea!",
-                          session_date=datetime(2023, 5, 8), turn_ids=["D1:1", "D1:2"])
-    first, second = out.facts
-    assert (first.subject, first.predicate, first.object) == ("Ana", "moved to", "Oslo")
-    assert first.resolved_time is not None and (first.resolved_time.year,
-                                               first.resolved_time.month) == (2023, 4)
-    assert first.evidence == ["D1:1"]
-    assert first.tags == ["move", "home"]
-    assert second.resolved_time is None
+        extraction = Extractor()(chunk=chunk).extraction
+    assert seen[-1] == "-- 8 May 2023 --\nAna: I moved to Oslo last month."
+    assert "D1:1" not in seen[-1]
+    assert [(f.subject, f.object, f.time) for f in extraction.facts] == [
+        ("Ana", "Oslo", "last month")]
 
 
 def test_judges(scripted) -> None:
@@ -144,7 +145,7 @@ def test_programs_save_and_load(tmp_path) -> None:
 
 
 def test_nested_schema_keeps_bounds_and_is_strict() -> None:
-    from memstrata.programs.extractor import ExtractFacts
+    from memstrata.programs.extractor import ExtractMemories
     from memstrata.programs.structured import CompactJSONAdapter
 
     class LM:
@@ -152,14 +153,14 @@ def test_nested_schema_keeps_bounds_and_is_strict() -> None:
         supports_response_schema = True
 
     kwargs: dict = {}
-    CompactJSONAdapter()._prepare_response_format(LM(), kwargs, ExtractFacts)
+    CompactJSONAdapter()._prepare_response_format(LM(), kwargs, ExtractMemories)
     schema = kwargs["response_format"].model_json_schema()
-    assert schema["properties"]["facts"]["maxItems"] == 8
+    assert schema["properties"]["facts"]["maxItems"] == 5
     fact = schema["$defs"]["ExtractedFact"]
     # strict structured outputs (OpenAI) want every key required and no extra keys
     assert set(fact["required"]) == set(fact["properties"]) and not fact["additionalProperties"]
-    assert fact["properties"]["subject"]["maxLength"] == 60
-    assert fact["properties"]["tags"]["items"]["maxLength"] == 40
+    assert fact["properties"]["subject"]["maxLength"] == 40
+    assert schema["properties"]["qa"]["maxItems"] == 2
 
 
 def test_tidy_answer_strips_copied_headers_and_restyles_iso_dates() -> None:

@@ -1,0 +1,111 @@
+"""Question routing: which person a question is about, in which conversations, or global.
+
+A tenant's memory can hold several conversations (one user talking with several
+people, or LoCoMo's conversations loaded under one tenant). A question that names a
+known person ("What did Caroline realize...", "Caroline's kids") is routed to the
+conversations that person speaks in or that hold items about them; one that names no
+one is global (every conversation of the tenant); a caller that already knows the
+conversation pins it. People are known by speaker names, item ``speaker``/``about``
+and entity names and aliases; possessives count ("Caroline's").
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel
+
+from .attribution import ConversationIndex, index_conversation
+from .models import Item
+from .query import named_speakers, time_range
+from .store import Store
+
+#: Item kinds whose text says something about a person (credited to ``about``/``speaker``).
+ATTRIBUTED_KINDS = ("fact", "persona", "qa", "semantic", "episodic")
+
+
+class Route(BaseModel):
+    """Where a question goes: the people it names, their conversations, the time span."""
+
+    scope: Literal["person", "conversation", "global"]
+    people: list[str] = []
+    conversations: list[str] = []
+    span: tuple[datetime, datetime] | None = None
+
+
+class Router:
+    """Routes questions over one store and keeps each conversation's attribution index.
+
+    Indexes are rebuilt when the tenant's data changes (``Store.state_pointer``).
+
+    Example:
+        >>> router = Router(store)                                   # doctest: +SKIP
+        >>> router.route("u1", "What did Caroline realize after her race?").people
+        ['Caroline']
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._indexes: dict[tuple[str, str], tuple[str, ConversationIndex]] = {}
+
+    def people(self, user_id: str) -> list[str]:
+        """Every person the tenant's memory knows by name (speakers, subjects, entities)."""
+        known = set(self.store.speakers(user_id))
+        for row in self.store.conn.execute(
+                "SELECT json_extract(data, '$.name') FROM items WHERE user_id = ?"
+                " AND kind = 'entity'"
+                " AND json_extract(data, '$.entity_type') = 'person'", (user_id,)):
+            if row[0]:
+                known.add(row[0])
+        return sorted(known)
+
+    def conversations_of(self, user_id: str, people: list[str]) -> list[str]:
+        """The tenant's conversations where any of ``people`` speaks or is the subject."""
+        if not people:
+            rows = self.store.conn.execute(
+                "SELECT DISTINCT conversation_id FROM turns WHERE user_id = ?"
+                " UNION SELECT DISTINCT conversation_id FROM items WHERE user_id = ?"
+                " AND conversation_id IS NOT NULL", (user_id, user_id))
+            return sorted(r[0] for r in rows)
+        marks = ",".join("?" * len(people))
+        rows = self.store.conn.execute(
+            f"SELECT DISTINCT conversation_id FROM turns WHERE user_id = ? AND speaker IN"
+            f" ({marks}) UNION SELECT DISTINCT conversation_id FROM items WHERE user_id = ?"
+            f" AND conversation_id IS NOT NULL AND (speaker IN ({marks}) OR about IN ({marks}))",
+            (user_id, *people, user_id, *people, *people))
+        return sorted(r[0] for r in rows)
+
+    def route(self, user_id: str, question: str, *, conversation_id: str | None = None,
+              now: datetime | None = None) -> Route:
+        """Route ``question``: named people, their conversations (or all), its time span."""
+        people = named_speakers(question, self.people(user_id))
+        span = time_range(question, now)
+        if conversation_id is not None:
+            return Route(scope="conversation", people=people, conversations=[conversation_id],
+                         span=span)
+        convs = self.conversations_of(user_id, people)
+        if people and convs:
+            return Route(scope="person", people=people, conversations=convs, span=span)
+        return Route(scope="global", people=people,
+                     conversations=self.conversations_of(user_id, []), span=span)
+
+    def index(self, user_id: str, conversation_id: str) -> ConversationIndex:
+        """The attribution index of one conversation (cached until the tenant changes)."""
+        state = self.store.state_pointer(user_id)["digest"]
+        key = (user_id, conversation_id)
+        cached = self._indexes.get(key)
+        if cached is not None and cached[0] == state:
+            return cached[1]
+        turns = self.store.turns(user_id, conversation_id=conversation_id)
+        items = self._items(user_id, conversation_id)
+        built = index_conversation(conversation_id, turns, items)
+        self._indexes[key] = (state, built)
+        return built
+
+    def _items(self, user_id: str, conversation_id: str) -> list[Item]:
+        ids = [r[0] for r in self.store.conn.execute(
+            "SELECT id FROM items WHERE user_id = ? AND conversation_id = ? AND valid_to IS NULL"
+            f" AND kind IN ({','.join('?' * len(ATTRIBUTED_KINDS))})",
+            (user_id, conversation_id, *ATTRIBUTED_KINDS))]
+        return self.store.get_many(user_id, ids) if ids else []

@@ -1,0 +1,193 @@
+"""``PersonalAnswerer``: route, retrieve, verify who did what, then answer, with provenance.
+
+The path, per question:
+
+1. **route** (``memory.route``): the person(s) it names, the tenant's conversations that
+   hold them, or global; the time span it names;
+2. **retrieve** turns and items (facts, QA pairs where ingest made them) for that route;
+3. **verify** (``memory.verify``) before any LLM call: when the question names one person
+   but the memories credit what it asks about to someone else, abstain and say whose it
+   was ("Not mentioned for Caroline: it was Melanie's charity race (D2:3)"). This is
+   deterministic on purpose: the embedded model is too weak to notice a swapped name;
+4. otherwise **answer** with ``QA`` over the packed memories.
+
+Every result is an :class:`AnswerWithProvenance`: the evidence ids and where they came
+from, the speakers and conversation behind them, a confidence, the route and the
+verification's scores, whether it answered or abstained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Literal
+
+import dspy
+from memstrata.memory import Filters, Hit, Retriever, Store
+from memstrata.memory.attribution import ConversationIndex
+from memstrata.memory.route import Route, Router
+from memstrata.memory.verify import Verification, VerifySettings, coverage, question_terms, verify
+from memstrata.packers import from_hits, pack
+from pydantic import BaseModel
+
+from .qa import ABSTAIN_ANSWER, QA
+
+
+class AnswerSettings(BaseModel):
+    """Retrieval depth, memory budget and the verification thresholds."""
+
+    retrieve_k: int = 40
+    budget: int = 600
+    verify: VerifySettings = VerifySettings()
+
+
+class EvidenceRef(BaseModel):
+    """One piece of evidence: its id (``D3:7`` or an item id), conversation and speaker."""
+
+    id: str
+    conversation_id: str | None = None
+    speaker: str | None = None
+
+
+class AnswerWithProvenance(BaseModel):
+    """An answer (or abstention) and everything it rests on.
+
+    ``evidence_from`` says where ``evidence`` came from: ids the model ``cited``; the
+    ``verifier``'s best support (its abstentions, or an answer that cited nothing); the top
+    ``retrieved`` memories when neither exists; ``none`` when nothing was found at all.
+    ``speakers`` are who said the evidence; ``about`` whom the attribution check credits
+    it to (a listener's "what did you take away from your race?" is about the runner).
+    ``confidence`` is, for a verified abstention, how far the other person's support
+    beats the named one's; for an answer, how much of the question's content its evidence
+    covers (only words credited to the named person, when one is named); for a model
+    abstention, one minus the best coverage among the memories it was shown.
+    """
+
+    question: str
+    answer: str
+    abstained: bool
+    answered_by: Literal["verifier", "model"]
+    reason: str = ""
+    evidence: list[str] = []
+    evidence_from: Literal["cited", "verifier", "retrieved", "none"] = "none"
+    sources: list[EvidenceRef] = []
+    speakers: list[str] = []
+    about: list[str] = []
+    conversation_id: str | None = None
+    confidence: float = 0.0
+    route: Route
+    verification: Verification
+    retrieved: list[str] = []
+    packed: list[str] = []
+
+
+class PersonalAnswerer(dspy.Module):
+    """Answers questions about people from one store, verifying attribution first.
+
+    Args:
+        store: the memory store.
+        retriever: hybrid retrieval over it (default: lexical only, no embedder).
+        count_tokens: the answering model's token counter (for the memory budget);
+            default: a rough four characters a token.
+        settings: depth, budget and verification thresholds.
+        qa: the answering program (default: a fresh ``QA``).
+
+    Example:
+        >>> answerer = PersonalAnswerer(store)                             # doctest: +SKIP
+        >>> out = answerer(question="What did Caroline realize after her race?",
+        ...                user_id="conv-26")
+        >>> out.provenance.reason
+        "Not mentioned for Caroline: it was Melanie's race (D2:3)"
+    """
+
+    def __init__(self, store: Store, *, retriever: Retriever | None = None,
+                 count_tokens: Callable[[str], int] | None = None,
+                 settings: AnswerSettings | None = None, qa: QA | None = None) -> None:
+        super().__init__()
+        self.store = store
+        self.retriever = retriever or Retriever(store)
+        self.router = Router(store)
+        self.count_tokens = count_tokens or (lambda s: len(s) // 4 + 1)
+        self.settings = settings or AnswerSettings()
+        self.qa = qa or QA()
+
+    def forward(self, question: str, user_id: str, conversation_id: str | None = None,
+                now: datetime | None = None) -> dspy.Prediction:
+        """Answer ``question`` for tenant ``user_id``.
+
+        Returns a prediction with ``answer``, ``abstained``, ``evidence``, ``provenance``
+        (:class:`AnswerWithProvenance`) and ``memories`` (the packed block shown to the
+        model; empty when the verifier abstained without asking it).
+        """
+        route = self.router.route(user_id, question, conversation_id=conversation_id, now=now)
+        indexes = [self.router.index(user_id, c) for c in route.conversations]
+        person = route.people[0] if len(route.people) == 1 else None
+        checked = verify(indexes, question, person, settings=self.settings.verify,
+                         span=route.span)
+        only = route.conversations[0] if len(route.conversations) == 1 else None
+        hits = self.retriever.search(user_id, question, k=self.settings.retrieve_k,
+                                     filters=Filters(conversation_id=only) if only else None,
+                                     now=now)
+        if route.scope != "global":  # a person in several conversations: only theirs
+            routed = set(route.conversations)
+            hits = [h for h in hits if h.conversation_id in routed or h.conversation_id is None]
+        by_id = {h.turn_id or h.id: h for h in hits}
+        base = {"question": question, "route": route, "verification": checked,
+                "retrieved": list(by_id)}
+        if checked.abstain and checked.other is not None:
+            other = checked.other
+            result = AnswerWithProvenance(
+                **base, answer=ABSTAIN_ANSWER, abstained=True, answered_by="verifier",
+                reason=checked.reason, evidence=other.evidence, evidence_from="verifier",
+                about=[other.person],
+                confidence=round(other.score - (checked.named.score if checked.named else 0), 4))
+            return self._finish(result, other.conversation_id, indexes, hits, memories="")
+        packed = pack(from_hits(hits), self.settings.budget, self.count_tokens)
+        pred = self.qa(question=question, memories=packed.text)
+        terms = question_terms(question, [p for ix in indexes for p in ix.participants])
+        evidence, source = list(pred.evidence), "cited"
+        home = None
+        if not evidence and checked.named is not None and checked.named.evidence:
+            evidence, source = list(checked.named.evidence), "verifier"
+            home = checked.named.conversation_id
+        if not evidence and packed.ids:
+            evidence, source = packed.ids[:3], "retrieved"
+        if pred.abstained:
+            confidence = 1 - max((coverage(indexes, terms, [i]) for i in packed.ids), default=0)
+            reason = "The memories shown to the model do not answer it."
+        else:
+            confidence = coverage(indexes, terms, evidence, person)
+            reason = ""
+        result = AnswerWithProvenance(
+            **base, answer=pred.answer, abstained=pred.abstained, answered_by="model",
+            reason=reason, evidence=evidence, evidence_from=source if evidence else "none",
+            confidence=round(confidence, 4), packed=packed.ids, about=[person] if person else [])
+        return self._finish(result, home, indexes, hits, memories=packed.text)
+
+    def _finish(self, result: AnswerWithProvenance, conversation_id: str | None,
+                indexes: list[ConversationIndex], hits: list[Hit], memories: str
+                ) -> dspy.Prediction:
+        # Each evidence id with its conversation and speaker: from the hits, or, for ids
+        # the verifier found, from the attribution index of its conversation (turn ids
+        # like "D3:7" repeat across conversations, so the conversation is part of the key).
+        by_id = {h.turn_id or h.id: h for h in hits}
+        units = {(ix.conversation_id, i): u.speaker for ix in indexes for u in ix.units
+                 for i in u.ids}
+        sources = []
+        for ev in result.evidence:
+            hit = by_id.get(ev)
+            if hit is not None and conversation_id in (None, hit.conversation_id):
+                sources.append(EvidenceRef(id=ev, conversation_id=hit.conversation_id,
+                                           speaker=hit.speaker))
+                continue
+            conv = conversation_id or next((c for c, i in units if i == ev), None)
+            sources.append(EvidenceRef(id=ev, conversation_id=conv,
+                                       speaker=units.get((conv, ev)) if conv else None))
+        convs = {s.conversation_id for s in sources if s.conversation_id}
+        routed = result.route.conversations
+        result.sources = sources
+        result.speakers = sorted({s.speaker for s in sources if s.speaker})
+        result.conversation_id = (convs.pop() if len(convs) == 1 else
+                                  routed[0] if len(routed) == 1 else None)
+        return dspy.Prediction(answer=result.answer, abstained=result.abstained,
+                               evidence=result.evidence, provenance=result, memories=memories)

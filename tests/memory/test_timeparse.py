@@ -1,0 +1,215 @@
+"""The time normaliser: phrases as said + the session date -> spans, and the junk it refuses."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, date, datetime, timedelta, timezone
+
+import pytest
+from memstrata.memory import timeparse
+from memstrata.memory.timeparse import (
+    TimeSpan,
+    find_time_phrases,
+    normalise_time,
+    resolve_times,
+)
+from pydantic import ValidationError
+
+MON_8_MAY = datetime(2023, 5, 8, 13, 56)  # LoCoMo's "1:56 pm on 8 May, 2023", a Monday
+SAT_13_MAY = datetime(2023, 5, 13, 10, 0)
+MON_17_JULY = datetime(2023, 7, 17, 9, 0)
+DEC_20 = datetime(2023, 12, 20, 18, 30)
+JAN_10 = datetime(2024, 1, 10, 8, 0)
+OCT_15 = datetime(2023, 10, 15, 12, 0)
+
+# phrase, base, first day, last day, granularity, resolved, relative
+CASES = [
+    ("yesterday", MON_8_MAY, date(2023, 5, 7), date(2023, 5, 7), "day", "7 May 2023", True),
+    ("today", MON_8_MAY, date(2023, 5, 8), date(2023, 5, 8), "day", "8 May 2023", True),
+    ("tomorrow", MON_8_MAY, date(2023, 5, 9), date(2023, 5, 9), "day", "9 May 2023", True),
+    ("last night", MON_8_MAY, date(2023, 5, 7), date(2023, 5, 7), "day", "7 May 2023", True),
+    ("last year", MON_8_MAY, date(2022, 1, 1), date(2022, 12, 31), "year", "2022", True),
+    ("next year", DEC_20, date(2024, 1, 1), date(2024, 12, 31), "year", "2024", True),
+    ("last week", MON_8_MAY, date(2023, 5, 1), date(2023, 5, 7), "week",
+     "the week before 8 May 2023", True),
+    ("last weekend", MON_8_MAY, date(2023, 5, 6), date(2023, 5, 7), "weekend",
+     "the weekend before 8 May 2023", True),
+    ("this past weekend", MON_8_MAY, date(2023, 5, 6), date(2023, 5, 7), "weekend",
+     "the weekend before 8 May 2023", True),
+    ("this weekend", MON_8_MAY, date(2023, 5, 13), date(2023, 5, 14), "weekend",
+     "the weekend of 8 May 2023", True),
+    ("two weekends ago", MON_17_JULY, date(2023, 7, 8), date(2023, 7, 9), "weekend",
+     "two weekends before 17 July 2023", True),
+    # "n units ago" is the resolver's window centred n units back, in whole days.
+    ("two weeks ago", MON_8_MAY, date(2023, 4, 21), date(2023, 4, 27), "week",
+     "two weeks before 8 May 2023", True),
+    ("a month ago", MON_8_MAY, date(2023, 4, 1), date(2023, 4, 15), "month",
+     "a month before 8 May 2023", True),
+    ("a few days ago", MON_8_MAY, date(2023, 5, 4), date(2023, 5, 6), "day",
+     "a few days before 8 May 2023", True),
+    ("next month", DEC_20, date(2024, 1, 1), date(2024, 1, 31), "month", "January 2024", True),
+    ("last month", JAN_10, date(2023, 12, 1), date(2023, 12, 31), "month", "December 2023",
+     True),
+    ("last Saturday", MON_8_MAY, date(2023, 5, 6), date(2023, 5, 6), "day",
+     "the Saturday before 8 May 2023", True),
+    ("last Saturday", SAT_13_MAY, date(2023, 5, 6), date(2023, 5, 6), "day",
+     "the Saturday before 13 May 2023", True),
+    ("last Fri", MON_8_MAY, date(2023, 5, 5), date(2023, 5, 5), "day",
+     "the Friday before 8 May 2023", True),
+    ("next Saturday", MON_8_MAY, date(2023, 5, 13), date(2023, 5, 13), "day",
+     "the Saturday after 8 May 2023", True),
+    ("last summer", MON_8_MAY, date(2022, 6, 1), date(2022, 8, 31), "season",
+     "the summer of 2022", True),
+    ("last summer", OCT_15, date(2023, 6, 1), date(2023, 8, 31), "season",
+     "the summer of 2023", True),
+    ("last May", MON_8_MAY, date(2022, 5, 1), date(2022, 5, 31), "month", "May 2022", True),
+    # Shapes only dateparser reads: its reading stands, its period is the granularity.
+    ("on 5 June", MON_8_MAY, date(2022, 6, 5), date(2022, 6, 5), "day", "5 June 2022", True),
+    ("in May", DEC_20, date(2023, 5, 1), date(2023, 5, 31), "month", "May 2023", True),
+    ("the day before yesterday", MON_8_MAY, date(2023, 5, 6), date(2023, 5, 6), "day",
+     "6 May 2023", True),
+    # Absolute: the base plays no part.
+    ("the 5th of June 2023", MON_8_MAY, date(2023, 6, 5), date(2023, 6, 5), "day",
+     "5 June 2023", False),  # dateparser's reading: it names its year, so not relative
+    ("2023-05-07", MON_8_MAY, date(2023, 5, 7), date(2023, 5, 7), "day", "7 May 2023", False),
+    ("in 2019", MON_8_MAY, date(2019, 1, 1), date(2019, 12, 31), "year", "2019", False),
+    ("May 2023", MON_8_MAY, date(2023, 5, 1), date(2023, 5, 31), "month", "May 2023", False),
+    ("on 5 June 2023", MON_8_MAY, date(2023, 6, 5), date(2023, 6, 5), "day", "5 June 2023",
+     False),
+    ("in 1920", MON_8_MAY, date(1920, 1, 1), date(1920, 12, 31), "year", "1920", False),
+    ("the summer of 2022", MON_8_MAY, date(2022, 6, 1), date(2022, 8, 31), "season",
+     "the summer of 2022", False),
+    ("winter 2022", MON_8_MAY, date(2022, 12, 1), date(2023, 2, 28), "season",
+     "the winter of 2022-23", False),
+    ("early May 2023", MON_8_MAY, date(2023, 5, 1), date(2023, 5, 31), "month", "May 2023",
+     False),
+    # A longer phrase falls back to the outright date inside it, not to its "last week".
+    ("the last week of September 2023", MON_8_MAY, date(2023, 9, 1), date(2023, 9, 30),
+     "month", "September 2023", False),
+    # LoCoMo's answer-key restatements read back to their spans.
+    ("the week before 9 June 2023", MON_8_MAY, date(2023, 5, 29), date(2023, 6, 4), "week",
+     "the week before 9 June 2023", False),
+    ("The sunday before 25 May 2023", MON_8_MAY, date(2023, 5, 21), date(2023, 5, 21), "day",
+     "the Sunday before 25 May 2023", False),
+]
+IDS = [f"{c[0]}@{c[1]:%Y-%m-%d}" for c in CASES]
+
+
+def _bounds(first: date, last: date) -> tuple[datetime, datetime]:
+    return (datetime(first.year, first.month, first.day, tzinfo=UTC),
+            datetime(last.year, last.month, last.day, 23, 59, 59, tzinfo=UTC))
+
+
+@pytest.mark.parametrize(("phrase", "base", "first", "last", "granularity", "resolved",
+                          "relative"), CASES, ids=IDS)
+def test_normalise_time(phrase: str, base: datetime, first: date, last: date,
+                        granularity: str, resolved: str, relative: bool) -> None:
+    span = normalise_time(phrase, base)
+    assert span is not None
+    assert (span.start, span.end) == _bounds(first, last)
+    assert span.granularity == granularity
+    assert span.resolved == resolved
+    assert span.relative is relative
+    assert span.text == phrase
+
+
+@pytest.mark.parametrize(("phrase", "base", "first", "last", "granularity", "resolved",
+                          "relative"), CASES, ids=IDS)
+def test_the_restatement_reads_back_to_the_same_span_under_any_base(
+        phrase: str, base: datetime, first: date, last: date, granularity: str,
+        resolved: str, relative: bool) -> None:
+    # The resolved string names its anchor, so it no longer needs the session date.
+    for other in (base, datetime(2031, 3, 3)):
+        again = normalise_time(resolved, other)
+        assert again is not None, (resolved, other)
+        assert (again.start, again.end) == _bounds(first, last)
+        assert (again.granularity, again.resolved, again.relative) == (
+            granularity, resolved, False)
+
+
+@pytest.mark.parametrize("phrase", [
+    "", "   ", "D1:3", "d12:4", "42", "1234", "3:30",
+    "1850", "in 2150",  # bare numbers outside 1900-2099 are not read as years
+    "May 1850",  # more than 120 years before the base
+    "on 5 June 2150",  # more than 120 years after it
+    "a", "the", "hello there", "recently", "at 5pm",
+    "31 February 2023",
+    "summer",  # which summer: no year and no last/this/next
+    # dateparser reads this as 16 May, a future date for a past-tense phrase.
+    "a week ago from tomorrow",
+])
+def test_junk_is_refused(phrase: str) -> None:
+    assert normalise_time(phrase, MON_8_MAY) is None
+
+
+@pytest.mark.parametrize(("phrase", "dateparser_days"), [
+    ("two weeks ago", (date(2023, 4, 24), date(2023, 4, 30))),
+    ("a month ago", (date(2023, 4, 1), date(2023, 4, 30))),
+    ("three days ago", (date(2023, 5, 5), date(2023, 5, 5))),
+    ("10 years ago", (date(2013, 1, 1), date(2013, 12, 31))),
+])
+def test_the_regex_resolver_wins_where_dateparser_disagrees(
+        phrase: str, dateparser_days: tuple[date, date],
+        caplog: pytest.LogCaptureFixture) -> None:
+    base = timeparse._utc(MON_8_MAY)
+    theirs = timeparse._dateparser(phrase, base)
+    assert theirs is not None and theirs[0][:2] == _bounds(*dateparser_days)
+    caplog.set_level(logging.DEBUG, logger=timeparse.__name__)
+    timeparse._normalise.cache_clear()  # the check runs (and logs) on a fresh reading
+    ours = normalise_time(phrase, MON_8_MAY)
+    assert ours is not None and (ours.start, ours.end) != theirs[0][:2]
+    assert f"dateparser reads {phrase!r}" in caplog.text
+
+
+def test_dateparser_alone_cannot_read_weekends_or_seasons() -> None:
+    base = timeparse._utc(MON_8_MAY)
+    for phrase in ("last weekend", "two weekends ago", "the summer of 2022", "a few days ago"):
+        assert timeparse._dateparser(phrase, base) is None
+        assert normalise_time(phrase, MON_8_MAY) is not None
+
+
+def test_the_base_is_read_in_utc_and_spans_are_aware_utc() -> None:
+    # 01:00 on 8 May at UTC+5 is 20:00 on 7 May in UTC: "yesterday" is then 6 May.
+    aware = datetime(2023, 5, 8, 1, 0, tzinfo=timezone(timedelta(hours=5)))
+    span = normalise_time("yesterday", aware)
+    assert span is not None and span.resolved == "6 May 2023"
+    assert span.start.tzinfo == UTC and span.end.tzinfo == UTC
+    naive = normalise_time("yesterday", datetime(2023, 5, 8, 1, 0))
+    assert naive is not None and naive.resolved == "7 May 2023"
+
+
+def test_spans_are_frozen() -> None:
+    span = normalise_time("yesterday", MON_8_MAY)
+    assert span is not None
+    with pytest.raises(ValidationError):
+        span.resolved = "tomorrow"  # type: ignore[misc]
+    assert isinstance(span, TimeSpan)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("I ran a charity race last Saturday – it was great!", ["last Saturday"]),
+    ("We went camping two weekends ago and again last weekend.",
+     ["two weekends ago", "last weekend"]),
+    ("This may be the best painting I have done since 2019.", ["2019"]),
+    ("We married on 5 June 2020 and moved in May.", ["5 June 2020", "May"]),
+    ("The week before 9 June 2023 I was in Paris.", ["The week before 9 June 2023"]),
+    ("The summer of 2022 was hot, and last summer too.", ["The summer of 2022", "last summer"]),
+    ("A few days ago I went to a poetry reading, and last Fri a gig.",
+     ["A few days ago", "last Fri"]),
+    ("It was May 8, 2023, yesterday.", ["May 8, 2023", "yesterday"]),
+    # No times: an id, a count, a verb, a chair.
+    ("See D1:3 - I have 2000 followers and the chair I last sat on.", []),
+    ("Nothing to see here.", []),
+])
+def test_find_time_phrases(text: str, expected: list[str]) -> None:
+    found = find_time_phrases(text)
+    assert found == expected
+    assert all(normalise_time(p, MON_8_MAY) is not None for p in found)
+
+
+def test_resolve_times_finds_and_normalises_in_order() -> None:
+    spans = resolve_times("Yesterday I said that last week was busy, unlike in 2019.", MON_8_MAY)
+    assert [(s.text, s.resolved) for s in spans] == [
+        ("Yesterday", "7 May 2023"), ("last week", "the week before 8 May 2023"),
+        ("2019", "2019")]
+    assert resolve_times("Nothing here, D1:3.", MON_8_MAY) == []
