@@ -32,6 +32,9 @@ from memstrata.memory import Embedder, Retriever, SearchWeights, Store
 from memstrata.packers import MemoryLine, pack, render
 from memstrata.programs import QA, ModelHandle, ProgramParseError
 from memstrata.programs.answer import AnswerSettings, AnswerWithProvenance, PersonalAnswerer
+from memstrata.programs.cache import JsonlCache
+from memstrata.programs.ingest import IngestSettings, ingest_conversation
+from memstrata.programs.ingest import fingerprint as ingest_fingerprint
 from memstrata.programs.judge import AnswerJudge
 from memstrata.trajectories import Recorder
 from pydantic import BaseModel
@@ -108,34 +111,9 @@ def _fingerprint(handle: ModelHandle, settings: QASettings) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-class AnswerCache:
-    """Append-only JSONL of answers; a torn last line (an interrupted write) is skipped."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.records: dict[str, Answer] = {}
-        if path.exists():
-            text = path.read_text(encoding="utf-8")
-            if text and not text.endswith("\n"):  # close a torn line so appends stay whole
-                with path.open("a", encoding="utf-8") as fh:
-                    fh.write("\n")
-            for line in text.splitlines():
-                try:
-                    record = Answer.model_validate_json(line)
-                except ValueError:
-                    continue
-                self.records[record.key] = record
-
-    def get(self, key: str) -> Answer | None:
-        """The cached answer under ``key``, if any."""
-        return self.records.get(key)
-
-    def put(self, record: Answer) -> None:
-        """Store and append ``record`` (flushed at once, so a kill loses at most one)."""
-        self.records[record.key] = record
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(record.model_dump_json() + "\n")
-            fh.flush()
+def answer_cache(path: Path) -> JsonlCache[Answer]:
+    """The answers cache: ``Answer`` records by key in an append-only JSONL file."""
+    return JsonlCache(path, Answer)
 
 
 def select_questions(convs: list[LoCoMoConversation], *, categories: set[int] | None,
@@ -303,7 +281,7 @@ def run_locomo_bench(
     systems: tuple[str, ...] = SYSTEMS, settings: QASettings | None = None,
     embedder: Embedder | None = None, weights: SearchWeights | None = None,
     conversations: set[str] | None = None, categories: set[int] | None = None,
-    limit: int | None = None, progress: bool = True,
+    limit: int | None = None, progress: bool = True, ingest: IngestSettings | None = None,
 ) -> dict[str, Any]:
     """Answer, score and cost LoCoMo questions for each system; returns ``locomo.json``.
 
@@ -318,6 +296,9 @@ def run_locomo_bench(
         embedder, weights: memstrata's retrieval (dense channel, fusion knobs).
         conversations, categories, limit: a subset for quick runs (see ``select_questions``).
         progress: a progress bar on stderr.
+        ingest: extract facts with ``handle`` before answering (memstrata then retrieves
+            them beside the turns); extractions are cached in ``out_dir``, and their calls
+            are reported under ``ingest``, apart from the answers' costs.
     """
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
@@ -332,7 +313,7 @@ def run_locomo_bench(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cache = AnswerCache(out / "answers.jsonl")
+    cache = answer_cache(out / "answers.jsonl")
     fingerprint = _fingerprint(handle, settings)
     qa = QA()
     answer_judge = AnswerJudge()
@@ -342,12 +323,18 @@ def run_locomo_bench(
     # injected memories, LLM usage, F1), and the runs point at its state.
     with Store.open(out / "locomo.db") as store:
         load_locomo(store, convs, embedder=embedder)
+        extracted = [] if ingest is None or "memstrata" not in systems else [
+            ingest_conversation(store, c.sample_id, c.sample_id, handle, settings=ingest,
+                                cache_path=out / "extractions.jsonl", embedder=embedder)
+            for c in tqdm(convs, desc="extract", unit="conv", disable=not progress)]
         builders, full = _contexts(store, convs, questions, handle, settings)
         personal = PersonalAnswerer(
             store, retriever=Retriever(store, embedder, weights), qa=qa,
             count_tokens=handle.count_tokens,
             settings=AnswerSettings(retrieve_k=settings.retrieve_k, budget=settings.budget))
         path = path_fingerprint(personal)
+        if extracted:  # facts change what memstrata retrieves: their own key
+            path += f"+facts{ingest_fingerprint(handle, ingest)}"  # type: ignore[arg-type]
         for q, system in _walk(questions, systems, progress):
             key = f"{system}|{handle.name}|{q.qid}|{fingerprint}"
             key += f"+{path}" if system == "memstrata" else ""  # its own code, its own key
@@ -383,5 +370,14 @@ def run_locomo_bench(
         "settings": settings.model_dump(),
         "full_context": {sid: {"turns_kept": v["turns"], "turns_total": v["of"]}
                          for sid, v in sorted(full.items())},
+        "ingest": None if not extracted else {
+            "llm_calls": sum(r.llm_calls for r in extracted),
+            "turns": sum(r.turns for r in extracted),
+            "cached_chunks": sum(r.cached_chunks for r in extracted),
+            "empty_chunks": sum(r.empty_chunks for r in extracted),
+            "failed_chunks": sum(len(r.failed_chunks) for r in extracted),
+            "facts": sum(r.kept.get("facts", 0) for r in extracted),
+            "qa": sum(r.kept.get("qa", 0) for r in extracted),
+            "seconds": round(sum(r.seconds for r in extracted), 1)},
         "systems": {s: summarise(rows, judged=judge is not None) for s, rows in results.items()},
     }

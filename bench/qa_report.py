@@ -53,6 +53,11 @@ def _notes(doc: dict[str, Any]) -> list[str]:
         kept = ", ".join(f"{sid} {v['turns_kept']}/{v['turns_total']}" for sid, v in cut.items())
         notes.append(f"full_context is truncated to the model's {doc['window']}-token window "
                      f"(most recent turns kept): {kept}")
+    if ing := doc.get("ingest"):
+        notes.append(f"memstrata read facts extracted first: {ing['llm_calls']} LLM calls for "
+                     f"{ing['turns']} turns ({ing['cached_chunks']} chunks cached, "
+                     f"{ing['empty_chunks']} empty, {ing['failed_chunks']} failed), "
+                     f"{ing['facts']} facts and {ing['qa']} QA pairs kept, {ing['seconds']} s")
     return notes
 
 

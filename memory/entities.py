@@ -64,6 +64,20 @@ def conversation_facts(store: Store, user_id: str, conversation_id: str, name: s
             and (f.about or f.speaker or "").casefold() == folded]
 
 
+def same_person_conversations(store: Store, user_id: str, conversation_id: str, name: str
+                              ) -> list[str]:
+    """The conversations whose ``name`` the reconciler merged with this one's (this one
+    first): person memory across conversations follows ``same_as`` edges, never names."""
+    convs = [conversation_id]
+    for entity in find_entities(store, user_id, conversation_id, name):
+        for up in store.edges(user_id, src=entity.id, relation=SAME_AS):
+            for down in store.edges(user_id, dst=up.dst, relation=SAME_AS):
+                other = store.get(user_id, down.src)
+                if other is not None and other.conversation_id not in (None, *convs):
+                    convs.append(other.conversation_id)
+    return convs
+
+
 def states(profile: Profile) -> list[str]:
     """What held of the person, each with its span or date ("job: X (2023-07-22..)")."""
     out = [f"{s.relation}: {' / '.join(s.values)} ("

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .entities import same_person_conversations
 from .models import Edge, FactItem, PersonaItem
 from .store import Store
 
@@ -45,11 +46,12 @@ def build_persona(store: Store, user_id: str, conversation_id: str, people: Sequ
     return len(rows)
 
 
-def persona(store: Store, user_id: str, person: str, conversation_id: str | None = None
+def persona(store: Store, user_id: str, person: str, conversation_id: str
             ) -> list[PersonaItem]:
-    """A person's persona rows (one conversation's, or every conversation's)."""
+    """The persona of ``person`` as ``conversation_id`` knows them, plus the rows of every
+    conversation the reconciler merged them with — never of a namesake merely sharing
+    the name (two conversations' "John" stay two personas until a MERGE)."""
+    convs = set(same_person_conversations(store, user_id, conversation_id, person))
     rows = [i for i in store.items(user_id, kind="persona", limit=100_000)
-            if isinstance(i, PersonaItem) and i.person == person]
-    if conversation_id is not None:
-        rows = [r for r in rows if r.conversation_id == conversation_id]
+            if isinstance(i, PersonaItem) and i.person == person and i.conversation_id in convs]
     return sorted(rows, key=lambda r: -r.confidence)

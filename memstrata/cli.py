@@ -142,6 +142,7 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
     from memstrata.bench.qa import SYSTEMS, QASettings, run_locomo_bench
     from memstrata.bench.qa_report import locomo_table, write_locomo_outputs
     from memstrata.programs import setup_lm
+    from memstrata.programs.ingest import IngestSettings
 
     systems = tuple(_csv(args.systems, "--systems") or SYSTEMS)
     if unknown := set(systems) - set(SYSTEMS):
@@ -162,7 +163,8 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
             settings=QASettings.for_model(handle.name, **budget),
             embedder=_embedder(not args.no_dense),
             weights=_weights(args.weights), conversations=set(convs) if convs else None,
-            categories=set(cats) if cats else None, limit=args.limit)
+            categories=set(cats) if cats else None, limit=args.limit,
+            ingest=IngestSettings() if args.facts else None)
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
     return _report(locomo_table(doc), write_locomo_outputs(doc, args.out))
@@ -436,6 +438,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="out", help="output folder and answer cache (default ./out)")
     p.add_argument("--no-dense", action="store_true", help="memstrata without embeddings")
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
+    p.add_argument("--facts", action="store_true",
+                   help="extract facts with --lm before answering (memstrata retrieves them "
+                   "beside the turns); one call per chunk of >= 10 turns, cached in --out")
     p.set_defaults(func=cmd_bench_locomo)
     add_verify_parser(bsub)
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from memstrata.bench.qa import AnswerCache, run_locomo_bench
+from memstrata.bench.qa import answer_cache, run_locomo_bench
 from memstrata.bench.qa_personal import path_fingerprint
 from memstrata.bench.verify import run_verify_bench
 from memstrata.memory import Store
@@ -49,7 +49,7 @@ def test_memstrata_abstains_on_the_swapped_person_without_a_model_call(data, tmp
     assert mem["abstention_cat5"] == 1.0 and mem["abstention_cat1_4"] == 0.0
     assert naive["abstention_cat5"] == 0.0  # the baseline answers "the Alps" for Alice
     assert mem["llm_calls"] == 2  # the two answerable questions only
-    records = AnswerCache(tmp_path / "out" / "answers.jsonl").records.values()
+    records = answer_cache(tmp_path / "out" / "answers.jsonl").records.values()
     swapped = next(r for r in records if r.system == "memstrata" and r.qid == "conv-1#2")
     prov = swapped.provenance
     assert prov is not None and prov.answered_by == "verifier"
@@ -73,7 +73,7 @@ def test_old_cache_lines_without_provenance_still_parse(tmp_path) -> None:
     path = tmp_path / "answers.jsonl"
     path.write_text(json.dumps({"key": "k", "system": "memstrata", "qid": "conv-1#0",
                                 "answer": "x"}) + "\n", encoding="utf-8")
-    record = AnswerCache(path).get("k")
+    record = answer_cache(path).get("k")
     assert record is not None and record.provenance is None
 
 
@@ -84,7 +84,7 @@ def test_the_memstrata_key_follows_the_answer_path(data, tmp_path, scripted) -> 
         assert path_fingerprint(PersonalAnswerer(store, settings=stricter)) != base
     run_locomo_bench(data, scripted(reader), tmp_path / "out",
                      systems=("memstrata", "naive_rag"), progress=False)
-    keys = {r.system: r.key for r in AnswerCache(tmp_path / "out" / "answers.jsonl")
+    keys = {r.system: r.key for r in answer_cache(tmp_path / "out" / "answers.jsonl")
             .records.values()}
     assert "+" in keys["memstrata"] and "+" not in keys["naive_rag"]
 
@@ -103,3 +103,27 @@ def test_bench_verify_reports_rates_without_a_model(data, tmp_path, capsys) -> N
     assert "cat-5 abstention" in capsys.readouterr().out
     assert json.loads((tmp_path / "cli" / "verify.json").read_text())["settings"]["margin"] \
         == 0.2
+
+
+def test_facts_are_extracted_first_and_change_the_key(data, tmp_path, scripted) -> None:
+    from memstrata.programs.ingest import IngestSettings
+
+    def reply(system: str, user: str, schema):
+        if "turns" in (schema or {}).get("properties", {}) or field(user, "turns"):
+            return {"facts": [{"subject": "Bob", "predicate": "went hiking in",
+                               "object": "the Alps", "time": "yesterday", "location": ""}],
+                    "entities": [], "qa": []}
+        return reader(system, user, schema)
+
+    handle = scripted(reply)
+    plain = run_locomo_bench(data, handle, tmp_path / "out", systems=("memstrata",),
+                             progress=False)
+    doc = run_locomo_bench(data, handle, tmp_path / "out", systems=("memstrata",),
+                           progress=False, ingest=IngestSettings())
+    assert plain["ingest"] is None
+    assert doc["ingest"]["llm_calls"] == 1 and doc["ingest"]["facts"] == 1
+    keys = {r.key for r in answer_cache(tmp_path / "out" / "answers.jsonl").records.values()}
+    assert any("+facts" in k for k in keys) and any("+facts" not in k for k in keys)
+    with Store.open(tmp_path / "out" / "locomo.db") as store:
+        (fact,) = store.items("conv-1", kind="fact")
+    assert fact.about == "Bob" and fact.evidence == ["D2:1"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from memstrata.bench.locomo import read_locomo
-from memstrata.bench.qa import AnswerCache, run_locomo_bench, select_questions
+from memstrata.bench.qa import answer_cache, run_locomo_bench, select_questions
 from memstrata.bench.qa_report import locomo_markdown, locomo_table, write_locomo_outputs
 
 from memstrata.cli import main
@@ -82,7 +82,7 @@ def test_interrupted_run_resumes_where_it_stopped(data, tmp_path, scripted):
     first.lm.engine.fail_after = 5
     with pytest.raises(KeyboardInterrupt):
         run_locomo_bench(data, first, out, systems=("memstrata", "no_memory"), progress=False)
-    assert len(AnswerCache(out / "answers.jsonl").records) == 5
+    assert len(answer_cache(out / "answers.jsonl").records) == 5
     with (out / "answers.jsonl").open("a") as fh:
         fh.write('{"key": "torn')  # a write cut off by the kill
     second = scripted(reader)

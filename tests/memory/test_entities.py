@@ -107,3 +107,20 @@ def test_supersede_refuses_bad_input(store: Store) -> None:
     assert store.get("u1", a).valid_to is None  # nothing written
     b = store.add(FactItem(user_id="u1", text="x is 4"))  # no event time: ends now
     assert supersede(store, "u1", a, b, "newer").valid_to is not None
+
+
+def test_persona_crosses_conversations_only_after_a_merge(store: Store) -> None:
+    from memstrata.memory.models import PersonaItem
+    from memstrata.memory.persona import persona
+
+    load(store)
+    ids = {(e.conversation_id, e.name): e.id for e in ensure_entities(store, "u1")}
+    store.add_many(PersonaItem(user_id="u1", text=f"Alex - likes: {what}", person="Alex",
+                               attribute="likes", value=what, conversation_id=conv)
+                   for conv, what in (("conv-a", "jazz"), ("conv-b", "chess"),
+                                      ("conv-c", "surfing")))
+    values = lambda conv: sorted(p.value for p in persona(store, "u1", "Alex", conv))  # noqa: E731
+    assert values("conv-a") == ["jazz"]  # namesakes stay apart before any decision
+    record_merge(store, "u1", [ids[("conv-a", "Alex")], ids[("conv-b", "Alex")]], "same dog")
+    assert values("conv-a") == values("conv-b") == ["chess", "jazz"]
+    assert values("conv-c") == ["surfing"]
