@@ -11,9 +11,10 @@ model: its answers are the top record's text, not a reading of it.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
+
+from memstrata.programs.policy_engine import PolicyEngine
 
 NAME = "policy/search-read"
 PLAN = (
@@ -26,42 +27,17 @@ PLAN = (
 _ITERATION = re.compile(r"Iteration:\s*(\d+)\s*/")
 
 
-class SearchReadPolicy:
+class SearchReadPolicy(PolicyEngine):
     """The engine: reads the iteration number from the prompt and writes that plan step."""
 
-    supports_response_schema = True
-    supported_params = frozenset({"temperature", "max_tokens", "response_format", "seed"})
-    n_ctx = 1_000_000
+    name = NAME
 
-    def count_tokens(self, text: str) -> int:
-        """A 4-characters-a-token estimate (the policy has no tokenizer)."""
-        return max(1, len(text) // 4)
-
-    def complete(self, request: Any) -> Any:
+    def reply(self, request: Any) -> dict[str, Any]:
         """One plan step (or, for the final extractor, the fallback answer)."""
-        from dspy.lm15 import Message, Response, TextPart, Usage
-
         user = request.messages[-1].text or ""
         schema = (request.config.response_format or {}).get("schema") or {}
-        if "code" in schema.get("properties", {}):
-            match = _ITERATION.search(user)
-            step = int(match.group(1)) - 1 if match else 0
-            out: dict[str, Any] = {"reasoning": f"plan step {step + 1}",
-                                   "code": PLAN[min(step, len(PLAN) - 1)]}
-        else:
-            out = {"reasoning": "plan ended", "answer": "Not mentioned"}
-        text = json.dumps(out)
-        prompt = "".join(m.text or "" for m in request.messages)
-        return Response(id=None, model=NAME, message=Message.assistant([TextPart(text)]),
-                        finish_reason="stop",
-                        usage=Usage(input_tokens=self.count_tokens(prompt),
-                                    output_tokens=self.count_tokens(text)))
-
-    def stream(self, request: Any) -> Any:
-        """The response as events."""
-        from dspy.lm15 import response_to_events
-
-        return response_to_events(self.complete(request))
-
-    def close(self) -> None:
-        """Nothing to free."""
+        if "code" not in schema.get("properties", {}):
+            return {"reasoning": "plan ended", "answer": "Not mentioned"}
+        match = _ITERATION.search(user)
+        step = int(match.group(1)) - 1 if match else 0
+        return {"reasoning": f"plan step {step + 1}", "code": PLAN[min(step, len(PLAN) - 1)]}

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from .entities import same_person_conversations
 from .models import Edge, FactItem, PersonaItem
-from .store import Store
+from .store import Filters, Store
 
 MAX_PER_PERSON = 40
 
@@ -24,8 +24,7 @@ def build_persona(store: Store, user_id: str, conversation_id: str, people: Sequ
     The most confident facts win when a person has more than ``limit``; each row cites the
     fact's evidence turns and links to the fact with a ``derived_from`` edge.
     """
-    stale = [i.id for i in store.items(user_id, kind="persona", limit=100_000)
-             if i.conversation_id == conversation_id]
+    stale = _ids(store, user_id, conversation_id)
     with store.transaction():
         for item_id in stale:
             store.delete(user_id, item_id)
@@ -51,7 +50,14 @@ def persona(store: Store, user_id: str, person: str, conversation_id: str
     """The persona of ``person`` as ``conversation_id`` knows them, plus the rows of every
     conversation the reconciler merged them with — never of a namesake merely sharing
     the name (two conversations' "John" stay two personas until a MERGE)."""
-    convs = set(same_person_conversations(store, user_id, conversation_id, person))
-    rows = [i for i in store.items(user_id, kind="persona", limit=100_000)
-            if isinstance(i, PersonaItem) and i.person == person and i.conversation_id in convs]
+    ids = [i for conv in same_person_conversations(store, user_id, conversation_id, person)
+           for i in _ids(store, user_id, conv)]
+    rows = [i for i in store.get_many(user_id, ids)
+            if isinstance(i, PersonaItem) and i.person == person]
     return sorted(rows, key=lambda r: -r.confidence)
+
+
+def _ids(store: Store, user_id: str, conversation_id: str) -> list[str]:
+    """A conversation's persona rows, by index (not a scan of the tenant's items)."""
+    return sorted(store.allowed_ids(user_id, Filters(kinds=["persona"],
+                                                     conversation_id=conversation_id)))

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import dspy
-from memstrata.memory import Embedder, Store
+from memstrata.memory import Embedder, Filters, Store
 from memstrata.memory.chunking import Chunk, ChunkSettings, chunk_turns
 from memstrata.memory.entities import ensure_entities
 from memstrata.memory.facts import Extraction, chunk_text, ground
@@ -148,10 +148,11 @@ def _extract(extractor: Extractor, handle: ModelHandle, chunk: Chunk, key: str) 
 
 def _replace_derived(store: Store, user_id: str, conversation_id: str) -> None:
     """Drop an earlier ingest's items of this conversation (re-ingest replaces them)."""
-    for kind in ("fact", "qa", "entity"):
-        for item in store.items(user_id, kind=kind, limit=1_000_000):
-            if item.conversation_id == conversation_id and item.source.startswith(SOURCE):
-                store.delete(user_id, item.id)
+    ids = store.allowed_ids(user_id, Filters(kinds=["fact", "qa", "entity"],
+                                             conversation_id=conversation_id))
+    for item in store.get_many(user_id, sorted(ids)):
+        if item.source.startswith(SOURCE):
+            store.delete(user_id, item.id)
 
 
 def _store_entities(store: Store, user_id: str, conversation_id: str,

@@ -11,9 +11,10 @@ expected. It never passes for a model.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
+
+from .policy_engine import PolicyEngine
 
 NAME = "policy/reconcile"
 PLAN = ("compare_entities_across_conversations", "detect_contradictions")
@@ -39,47 +40,25 @@ def decide(trajectory: str) -> dict[str, Any]:
             "confidence": 0.7 if merge else 0.8}
 
 
-class ReconcilePolicy:
+class ReconcilePolicy(PolicyEngine):
     """The engine: reads the step number off the trajectory and plays the plan."""
 
-    supports_response_schema = True
-    supported_params = frozenset({"temperature", "max_tokens", "response_format", "seed"})
-    n_ctx = 1_000_000
+    name = NAME
 
-    def count_tokens(self, text: str) -> int:
-        """A 4-characters-a-token estimate (the policy has no tokenizer)."""
-        return max(1, len(text) // 4)
-
-    def complete(self, request: Any) -> Any:
+    def reply(self, request: Any) -> dict[str, Any]:
         """One plan step, or the decision."""
-        from dspy.lm15 import Message, Response, TextPart, Usage
-
         user = request.messages[-1].text or ""
         system = request.system if isinstance(request.system, str) else "".join(
             p.text for p in request.system or ())
         # A ReAct step asks for next_tool_name (its open next_tool_args mapping means DSPy
         # may send no schema, only JSON mode: read the system message as well).
-        if "next_tool_name" in system:
-            step = len(re.findall(r"tool_name_\d+", user))
-            args = {k: (m.group(1).strip() if (m := re.search(p, user, re.M)) else "")
-                    for k, p in _FIELDS.items()}
-            out: dict[str, Any] = (
-                {"next_thought": f"plan step {step + 1}", "next_tool_name": PLAN[step],
-                 "next_tool_args": args} if step < len(PLAN) else
-                {"next_thought": "plan done", "next_tool_name": "finish", "next_tool_args": {}})
-        else:
-            out = decide(user)
-        text = json.dumps(out)
-        return Response(id=None, model=NAME, message=Message.assistant([TextPart(text)]),
-                        finish_reason="stop",
-                        usage=Usage(input_tokens=self.count_tokens(user),
-                                    output_tokens=self.count_tokens(text)))
-
-    def stream(self, request: Any) -> Any:
-        """The response as events."""
-        from dspy.lm15 import response_to_events
-
-        return response_to_events(self.complete(request))
-
-    def close(self) -> None:
-        """Nothing to free."""
+        if "next_tool_name" not in system:
+            return decide(user)
+        step = len(re.findall(r"tool_name_\d+", user))
+        if step >= len(PLAN):
+            return {"next_thought": "plan done", "next_tool_name": "finish",
+                    "next_tool_args": {}}
+        args = {k: (m.group(1).strip() if (m := re.search(p, user, re.M)) else "")
+                for k, p in _FIELDS.items()}
+        return {"next_thought": f"plan step {step + 1}", "next_tool_name": PLAN[step],
+                "next_tool_args": args}
