@@ -17,6 +17,13 @@ from __future__ import annotations
 import sqlite3
 from datetime import UTC, datetime
 
+_PREFIXED = (
+    "CASE WHEN coalesce({column}, '') = '' THEN {column} ELSE (SELECT group_concat("
+    "tenant || 'x' || value, ' ') FROM json_each('[\"' || replace({column}, ' ', '\",\"') "
+    "|| '\"]')) END"
+)
+"""SQL for one FTS column with each term prefixed by its row's tenant token."""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
         1,
@@ -196,6 +203,20 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """
         CREATE VIRTUAL TABLE turns_vocab USING fts5vocab(turns_fts, 'row');
         CREATE VIRTUAL TABLE items_vocab USING fts5vocab(items_fts, 'row')
+        """,
+    ),
+    (
+        6,
+        "tenant-prefixed fts terms",
+        # Every indexed term becomes the tenant's own ("<tenant token>x<term>"), so a query
+        # needs no "tenant : ... AND", which intersected a big tenant's whole posting list
+        # (text.fts_match). Index strings are our own tokens (letters and digits only), so
+        # building a JSON array from them by replacing spaces is safe. The tenant column
+        # is no longer read; it is emptied so it stops costing index space.
+        f"""
+        UPDATE turns_fts SET body = {_PREFIXED.format(column="body")},
+                             context = {_PREFIXED.format(column="context")}, tenant = '';
+        UPDATE items_fts SET body = {_PREFIXED.format(column="body")}, tenant = ''
         """,
     ),
 ]

@@ -366,14 +366,14 @@ class Store:
             for n in touched:
                 rowid, node_id = window[n][0], window[n][1]
                 context = textmod.index_text(
-                    " ".join(texts[m] for m in (n - 1, n + 1) if 0 <= m < len(window))
+                    " ".join(texts[m] for m in (n - 1, n + 1) if 0 <= m < len(window)), prefix
                 )
                 if node_id in new_ids:
-                    inserts.append((rowid, prefix, textmod.index_text(texts[n]), context))
+                    inserts.append((rowid, textmod.index_text(texts[n], prefix), context))
                 else:
                     updates.append((context, rowid))
         self.conn.executemany(
-            "INSERT INTO turns_fts (rowid, tenant, body, context) VALUES (?,?,?,?)", inserts
+            "INSERT INTO turns_fts (rowid, body, context) VALUES (?,?,?)", inserts
         )
         self.conn.executemany("UPDATE turns_fts SET context = ? WHERE rowid = ?", updates)
 
@@ -499,11 +499,9 @@ class Store:
         return item_id
 
     def _index_item(self, rowid: int, item: Item) -> None:
-        body = textmod.index_text(" ".join([item.title, item.text, *item.tags]))
-        self.conn.execute(
-            "INSERT INTO items_fts (rowid, tenant, body) VALUES (?,?,?)",
-            (rowid, tenant_token(item.user_id), body),
-        )
+        body = textmod.index_text(" ".join([item.title, item.text, *item.tags]),
+                                  tenant_token(item.user_id))
+        self.conn.execute("INSERT INTO items_fts (rowid, body) VALUES (?,?)", (rowid, body))
         self.conn.executemany(
             "INSERT OR IGNORE INTO item_tags (user_id, tag, item_rowid) VALUES (?,?,?)",
             [(item.user_id, t.casefold(), rowid) for t in item.tags],
@@ -746,7 +744,8 @@ class Store:
         terms found in more than that share of its rows (the rarest term always stays).
         """
         if common_share > 0:
-            query_tokens = self._drop_common(query_tokens, node, common_share, common_min_docs)
+            query_tokens = self._drop_common(query_tokens, node, common_share, common_min_docs,
+                                             tenant_token(user_id))
         match = textmod.fts_match(
             query_tokens, tenant_token=tenant_token(user_id),
             columns="body context" if node == "turn" and context_weight else "body",
@@ -767,7 +766,8 @@ class Store:
             rows = self.conn.execute(sql, [match, user_id, *args, k])
         else:
             # Rank inside FTS5 and join only the k winners: measured ~40% faster at 1M rows
-            # than ranking the join. The MATCH already holds the tenant; the join checks again.
+            # than ranking the join. The MATCH's terms are the tenant's own; the join checks
+            # the tenant again.
             sql = (
                 f"SELECT t.id, m.s FROM (SELECT rowid, {rank} AS s FROM {fts}"
                 f" WHERE {fts} MATCH ? ORDER BY s LIMIT ?) m JOIN {table} t"
@@ -776,26 +776,41 @@ class Store:
             rows = self.conn.execute(sql, [match, k, user_id])
         return [(i, -s) for i, s in rows]
 
-    def _drop_common(self, tokens: list[str], node: str, share: float, min_docs: int
-                     ) -> list[str]:
+    def _drop_common(self, tokens: list[str], node: str, share: float, min_docs: int,
+                     tenant: str) -> list[str]:
         """``tokens`` less those in more than ``share`` of the index's rows, in a big index.
 
         Such a term costs the most (FTS5 scores every row it matches: a quarter of a 100k
         index for one Zipf-common word) and adds the least (its bm25 idf is near zero).
         """
-        table = "turns_fts" if node == "turn" else "items_fts"
-        total = self._cached(("fts_rows", table),
-                             lambda: self.conn.execute(f"SELECT count(*) FROM {table}"
-                                                       ).fetchone()[0])
+        total = self._cached(("fts_rows", node), lambda: self.conn.execute(
+            f"SELECT count(*) FROM {'turns_fts' if node == 'turn' else 'items_fts'}"
+        ).fetchone()[0])
         if total < max(min_docs, 1) or len(tokens) < 2:
             return tokens
+        df = self._term_docs(tokens, node, tenant)
+        kept = [t for t in tokens if df[t] <= share * total]
+        return kept or [min(tokens, key=df.__getitem__)]
+
+    def _term_docs(self, tokens: list[str], node: str, tenant: str) -> dict[str, int]:
+        """How many of the tenant's rows hold each token (FTS5's own counts, cached)."""
         vocab = "turns_vocab" if node == "turn" else "items_vocab"
         df = {}
         for token in set(tokens):
-            df[token] = self._cached(("df", vocab, token), lambda t=token: (self.conn.execute(
+            term = f"{tenant}{textmod.TENANT_JOIN}{token}"  # the tenant's own document count
+            df[token] = self._cached(("df", vocab, term), lambda t=term: (self.conn.execute(
                 f"SELECT doc FROM {vocab} WHERE term = ?", (t,)).fetchone() or (0,))[0])
-        kept = [t for t in tokens if df[t] <= share * total]
-        return kept or [min(tokens, key=df.__getitem__)]
+        return df
+
+    def match_cost(self, user_id: str, query_tokens: list[str], *, node: str,
+                   common_share: float = 0.0, common_min_docs: int = 0) -> int:
+        """Rows ``lexical`` would score for these tokens (an upper bound: the sum of their
+        document counts, after the same common-term skipping)."""
+        tenant = tenant_token(user_id)
+        if common_share > 0:
+            query_tokens = self._drop_common(query_tokens, node, common_share, common_min_docs,
+                                             tenant)
+        return sum(self._term_docs(query_tokens, node, tenant).values())
 
     def allowed_ids(self, user_id: str, filters: Filters) -> set[str]:
         """Ids of the tenant's turns and items that pass ``filters``."""

@@ -26,9 +26,10 @@ class ShortEmbedder:
 
 
 def _fts_rows(store: Store, user: str) -> int:
+    # Index rows whose terms are the tenant's own (every term carries its tenant token).
     return store.conn.execute(
-        "SELECT count(*) FROM turns_fts WHERE turns_fts MATCH ?",
-        (f'tenant : "{tenant_token(user)}"',),
+        "SELECT count(*) FROM turns_fts WHERE substr(body, 1, ?) = ?",
+        (len(tenant_token(user)) + 1, tenant_token(user) + "x"),
     ).fetchone()[0]
 
 

@@ -103,3 +103,34 @@ def test_failed_migration_rolls_back_and_is_not_recorded(
         assert "half_done" not in _tables(store.conn)
         assert applied_versions(store.conn) == [v for v, _, _ in MIGRATIONS]
         assert not store.conn.in_transaction
+
+
+def test_migration_6_prefixes_an_old_index_with_each_rows_tenant(tmp_path: Path) -> None:
+    from memstrata.memory import Retriever, Turn
+    from memstrata.memory.store import tenant_token
+
+    path = tmp_path / "old.db"
+    with Store.open(path) as store:
+        store.add(FactItem(user_id="ana", text="Ana adopted a beagle", speaker="Ana"))
+        store.add(FactItem(user_id="tom", text="Tom adopted a beagle too", speaker="Tom"))
+        store.add_turns([Turn(user_id="ana", conversation_id="c", session_id="s", turn_id="D1:1",
+                              seq=0, speaker="Ana", text="Our beagle loves walks")])
+        # Put the index back as version 5 wrote it: bare terms, the tenant in its column.
+        for table, columns in (("items_fts", ("body",)), ("turns_fts", ("body", "context"))):
+            for rowid, *values in store.conn.execute(
+                    f"SELECT rowid, {', '.join(columns)} FROM {table}").fetchall():
+                bare = [" ".join(t.split("x", 1)[1] for t in (v or "").split()) for v in values]
+                tenant = (values[0] or "").split("x", 1)[0]
+                sets = ", ".join(f"{c} = ?" for c in columns)
+                store.conn.execute(f"UPDATE {table} SET {sets}, tenant = ? WHERE rowid = ?",
+                                   [*bare, tenant, rowid])
+        store.conn.execute("DELETE FROM schema_migrations WHERE version = 6")
+        store.conn.commit()
+    with Store.open(path) as store:
+        assert 6 in applied_versions(store.conn)
+        body, tenant = store.conn.execute(
+            "SELECT body, tenant FROM items_fts ORDER BY rowid LIMIT 1").fetchone()
+        assert body.split()[0].startswith(tenant_token("ana") + "x") and tenant == ""
+        found = Retriever(store).search("ana", "beagle", k=5)
+        assert {h.node for h in found} == {"item", "turn"}
+        assert all(h.id.startswith(("i_", "t_")) for h in found) and len(found) == 2

@@ -157,7 +157,8 @@ def test_fts_match_shape() -> None:
     assert fts_match(["", ""]) is None
     assert fts_match(["a", "b", "a"]) == '{body} : ("a" OR "b")'
     assert fts_match(['x"y'], tenant_token="u1", columns="body context") == (
-        'tenant : "u1" AND {body context} : ("x""y")')
+        '{body context} : ("u1xx""y")')  # the tenant's own terms: no AND on a tenant column
+    assert index_text("The Groups", "u1") == "u1xgroup"
 
 
 @given(st.text(max_size=80))
