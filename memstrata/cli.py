@@ -21,7 +21,7 @@ from memstrata.agent_commands import (
     model_from_args,
 )
 from memstrata.chat_commands import cmd_chat, cmd_facts
-from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest
+from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
 from memstrata.personal_commands import add_reconcile_args, cmd_reconcile
 from memstrata.verify_commands import add_verify_parser
 
@@ -372,6 +372,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs.jsonl", help="export file (default runs.jsonl)")
     p.add_argument("-n", "--limit", type=int, default=50, help="newest N runs (default 50)")
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("persona", help="what memory holds about one person, with citations",
+                       description=cmd_persona.__doc__)
+    p.add_argument("person", help="the person's name as the conversation spells it")
+    p.add_argument("--user", required=True, help="tenant id")
+    p.add_argument("--conversation", required=True, help="the conversation that knows them")
+    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--json", action="store_true", help="JSON rows instead of lines")
+    p.set_defaults(func=cmd_persona)
 
     p = sub.add_parser("reconcile", help="one name in several conversations: one person "
                        "or several? (MERGE/SEPARATE, with reasons)",

@@ -109,3 +109,28 @@ def cmd_bench_facts(args: argparse.Namespace) -> int:
     paths[0].write_text(json.dumps(doc, indent=2))
     paths[1].write_text(facts_table(doc) + "\n")
     return _report(facts_table(doc), paths)
+
+
+def cmd_persona(args: argparse.Namespace) -> int:
+    """What memory holds about one person, as a conversation knows them (and every
+    conversation the reconciler merged them with): one line per attribute, with the turns
+    it cites. Built at ingest from the person's current facts (superseded ones left out)."""
+    from memstrata.memory import Store
+    from memstrata.memory.persona import persona
+
+    if not Path(args.db).exists():
+        raise SystemExit(f"memstrata: no store at {args.db}")
+    with Store.open(args.db) as store:
+        rows = persona(store, args.user, args.person, args.conversation)
+    if args.json:
+        print(json.dumps([r.model_dump(mode="json", include={
+            "person", "attribute", "value", "evidence", "conversation_id", "confidence",
+            "event_time"}) for r in rows], indent=2))
+        return 0
+    if not rows:
+        print(f"no persona rows for {args.person} in {args.conversation} (run memstrata ingest "
+              "with a model that extracts facts)")
+    for r in rows:
+        when = f" · {r.event_time:%-d %B %Y}" if r.event_time else ""
+        print(f"{r.attribute}: {r.value}  [{r.conversation_id}: {', '.join(r.evidence)}{when}]")
+    return 0

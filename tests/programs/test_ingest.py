@@ -119,3 +119,24 @@ def test_a_model_that_proposes_nothing_is_flagged(loaded: Store, scripted) -> No
     assert report.empty_chunks == report.chunks == 2 and report.kept["facts"] == 0
     assert "too weak" in weak_model_warning(report.chunks, report.empty_chunks)
     assert weak_model_warning(10, 4) is None
+
+
+def test_persona_command_prints_current_facts_with_citations(make_record, write_json,
+                                                               scripted, tmp_path, capsys
+                                                               ) -> None:
+    from memstrata.cli import main
+
+    path = write_json("conv.json", [make_record(
+        "conv-9", speakers=("Ana", "Tom"), sessions=SESSIONS,
+        dates={1: "1:56 pm on 8 May, 2023", 2: "10:00 am on 20 August, 2023"})])
+    db = tmp_path / "m.db"
+    with Store.open(db) as store:
+        load_locomo(store, read_locomo(path))
+        ingest_conversation(store, "conv-9", "conv-9", scripted(reply))
+    assert main(["persona", "Ana", "--user", "conv-9", "--conversation", "conv-9",
+                 "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "lives in: Lyon  [conv-9: D2:1" in out and "Oslo" not in out  # superseded
+    assert main(["persona", "Zed", "--user", "conv-9", "--conversation", "conv-9",
+                 "--db", str(db)]) == 0
+    assert "no persona rows for Zed" in capsys.readouterr().out
