@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memstrata.memory import Retriever, Store
+from memstrata.packers.fit import MARK, flatten
 from pydantic import BaseModel, Field
 
 
@@ -90,8 +91,8 @@ class CallLog:
 
 def one_line(text: str, width: int) -> str:
     """``text`` on one line, cut to ``width`` characters with an ellipsis."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
+    flat = flatten(text)
+    return flat if len(flat) <= width else flat[: width - 1].rstrip() + MARK
 
 
 def check_cap(name: str, value: int, cap: int, what: str) -> None:
