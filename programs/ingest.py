@@ -19,7 +19,6 @@ proposals are cached per chunk, model and prompt, so a re-run repeats no call.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import math
 import time
@@ -40,7 +39,7 @@ from pydantic import BaseModel, Field
 
 from .cache import JsonlCache
 from .errors import ProgramParseError
-from .extractor import ExtractMemories, Extractor
+from .extractor import FORMAT_DEMO, ExtractMemories, Extractor
 from .lm import ModelHandle
 from .structured import CompactJSONAdapter
 
@@ -107,12 +106,12 @@ class IngestReport(BaseModel):
 
 
 def fingerprint(handle: ModelHandle, settings: IngestSettings) -> str:
-    """A key for the extractor's prompt, code and model: any change re-extracts."""
-    from memstrata.memory import facts
-
+    """A key for what shapes a proposal: the model, its output budget, the prompt, the
+    worked example and the output schema. Grounding is not in it: it re-runs on cached
+    proposals, so changing it never costs a call."""
     prompt = CompactJSONAdapter().format_system_message(ExtractMemories)
-    blob = json.dumps([handle.name, settings.max_tokens, prompt, inspect.getsource(facts)],
-                      sort_keys=True)
+    blob = json.dumps([handle.name, settings.max_tokens, prompt, repr(FORMAT_DEMO),
+                       Extraction.model_json_schema()], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
