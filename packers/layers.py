@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from memstrata.memory.bank import strategy_score
 from memstrata.memory.models import StrategyItem
 from pydantic import BaseModel, Field
 
@@ -141,21 +142,6 @@ def _greedy(layer: str, lines: Sequence[tuple[str, str]], budget: int,
 
 
 # -- L2 -------------------------------------------------------------------------------------
-
-
-def strategy_score(item: StrategyItem, relevance: float = 1.0) -> float:
-    """How strongly to prefer a strategy: relevance x smoothed win rate.
-
-    The win rate has a Beta(1, 1) prior, ``(wins + 1) / (uses + 2)``: an unused strategy
-    scores 0.5, one that won 9 of 10 uses 0.83, one that lost 10 of 10 0.08, so evidence
-    moves a strategy gradually and new ones still get tried. For a failure guardrail
-    ``wins`` counts the runs it was shown in that succeeded, so the same formula ranks
-    guardrails that helped. ``relevance`` is the retriever's score for the task (1.0
-    when there was no retrieval). Ties are broken by more uses, then by id.
-    """
-    uses = max(item.uses, 0)
-    wins = min(max(item.wins, 0), uses)
-    return max(relevance, 0.0) * (wins + 1) / (uses + 2)
 
 
 def strategy_line(item: StrategyItem) -> str:
