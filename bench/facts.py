@@ -15,7 +15,7 @@ The ingest's LLM calls, tokens, time and grounding counts are reported beside it
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,15 +42,22 @@ def _evidence_order(hits: list[Hit], evidence: dict[str, list[str]]) -> list[str
     return out
 
 
-def _rankers(store: Store, retriever: Retriever) -> dict[str, Callable[[Question], list[str]]]:
-    depth = max(KS) * 2
-    evidence: dict[str, dict[str, list[str]]] = {}
+class _Evidence(dict[str, dict[str, list[str]]]):
+    """Per tenant: fact and QA-pair id -> its evidence turn ids (read once per tenant)."""
 
-    def items_of(user: str) -> dict[str, list[str]]:
-        if user not in evidence:
-            evidence[user] = {i.id: i.evidence for kind in FACT_KINDS
-                              for i in store.items(user, kind=kind, limit=1_000_000)}
-        return evidence[user]
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self.store = store
+
+    def __missing__(self, user: str) -> dict[str, list[str]]:
+        self[user] = {i.id: i.evidence for kind in FACT_KINDS
+                      for i in self.store.items(user, kind=kind, limit=1_000_000)}
+        return self[user]
+
+
+def _rankers(retriever: Retriever, evidence: _Evidence
+             ) -> dict[str, Callable[[Question], list[str]]]:
+    depth = max(KS) * 2
 
     def turns(q: Question) -> list[str]:
         return [h.turn_id or "" for h in retriever.search(q.sample_id, q.question, k=max(KS),
@@ -59,12 +66,12 @@ def _rankers(store: Store, retriever: Retriever) -> dict[str, Callable[[Question
     def facts(q: Question) -> list[str]:
         hits = retriever.search(q.sample_id, q.question, k=depth, nodes=("item",),
                                 filters=Filters(kinds=FACT_KINDS))
-        return _evidence_order(hits, items_of(q.sample_id))
+        return _evidence_order(hits, evidence[q.sample_id])
 
     def fused(q: Question) -> list[str]:
         hits = retriever.search(q.sample_id, q.question, k=depth, nodes=("turn", "item"),
                                 filters=Filters(kinds=("turn", *FACT_KINDS)))
-        return _evidence_order(hits, items_of(q.sample_id))
+        return _evidence_order(hits, evidence[q.sample_id])
 
     return {"turns": turns, "facts": facts, "facts+turns": fused}
 
@@ -106,12 +113,13 @@ def run_facts_bench(
         questions = [q for c in convs for q in c.questions
                      if q.category in CATEGORIES and (q.evidence or q.corrected_evidence)]
         results: dict[str, Any] = {}
-        for name, rank in _rankers(store, retriever).items():
+        evidence = _Evidence(store)
+        for name, rank in _rankers(retriever, evidence).items():
             per_q = [(q, rank(q)) for q in tqdm(questions, desc=name, unit="q",
                                                 disable=not progress)]
             results[name] = {**_summarise(per_q, corrected=False),
                              "corrected": _summarise(per_q, corrected=True)}
-        covered = _coverage(questions, store)
+        covered = _coverage(questions, evidence)
     turns = sum(r.turns for r in reports)
     calls = sum(r.llm_calls for r in reports)
     return {
@@ -132,8 +140,8 @@ def run_facts_bench(
             "facts": sum(r.kept.get("facts", 0) for r in reports),
             "qa": sum(r.kept.get("qa", 0) for r in reports),
             "entities": sum(r.kept.get("entities", 0) for r in reports),
-            "proposed": _sum(r.proposed for r in reports),
-            "rejected": _sum(r.rejected for r in reports),
+            "proposed": dict(sum((Counter(r.proposed) for r in reports), Counter())),
+            "rejected": dict(sum((Counter(r.rejected) for r in reports), Counter())),
             "superseded": sum(r.hierarchy.superseded for r in reports),
             "evidence_turns_covered": covered,
         },
@@ -142,27 +150,12 @@ def run_facts_bench(
     }
 
 
-def _sum(counts: Any) -> dict[str, int]:
-    total: dict[str, int] = defaultdict(int)
-    for c in counts:
-        for k, v in c.items():
-            total[k] += v
-    return dict(total)
-
-
-def _coverage(questions: list[Question], store: Store) -> float | None:
+def _coverage(questions: list[Question], evidence: _Evidence) -> float | None:
     """Share of the questions' evidence turns that some fact or QA pair cites."""
-    cited: dict[str, set[str]] = {}
-    hits = total = 0
-    for q in questions:
-        if q.sample_id not in cited:
-            cited[q.sample_id] = {e for kind in FACT_KINDS
-                                  for i in store.items(q.sample_id, kind=kind, limit=1_000_000)
-                                  for e in i.evidence}
-        for e in q.evidence:
-            total += 1
-            hits += e in cited[q.sample_id]
-    return round(hits / total, 4) if total else None
+    cited = {user: {e for ids in items.values() for e in ids}
+             for user, items in ((u, evidence[u]) for u in {q.sample_id for q in questions})}
+    pairs = [(q.sample_id, e) for q in questions for e in q.evidence]
+    return round(sum(e in cited[u] for u, e in pairs) / len(pairs), 4) if pairs else None
 
 
 def facts_table(doc: dict[str, Any]) -> str:

@@ -244,6 +244,11 @@ def _add_data_arg(p: argparse.ArgumentParser) -> None:
                    help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
 
 
+def _add_audit_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
+                   "beside --data, if present)")
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lm", default="local/smollm2",
                    help="the model: local/smollm2 (embedded, offline; default), "
@@ -397,8 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = bsub.add_parser("retrieval", help="LoCoMo evidence recall, four retrievers side by side",
                         description=cmd_bench_retrieval.__doc__ + " No LLM is used.")
     _add_data_arg(p)
-    p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
-                   "beside --data, if present)")
+    _add_audit_arg(p)
     p.add_argument("--out", default="out", help="output folder (default ./out)")
     p.add_argument("--db", help="build the store here instead of a temporary file")
     p.add_argument("--limit", type=int, help="first N questions per conversation (quick runs)")
@@ -410,8 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = bsub.add_parser("facts", help="extraction at ingest; evidence recall through facts "
                         "vs raw turns", description=cmd_bench_facts.__doc__)
     _add_data_arg(p)
-    p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
-                   "beside --data, if present)")
+    _add_audit_arg(p)
     p.add_argument("--out", default="out", help="output folder (default ./out); the store "
                    "and the extraction cache stay there")
     p.add_argument("--no-dense", action="store_true", help="skip the dense channel")
@@ -423,8 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = bsub.add_parser("locomo", help="LoCoMo question answering, four systems, one model",
                         description=cmd_bench_locomo.__doc__)
     _add_data_arg(p)
-    p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
-                   "beside --data, if present)")
+    _add_audit_arg(p)
     p.add_argument("--lm", default="local/smollm2",
                    help="the answering model: local/smollm2 (embedded, offline; default), "
                    "local/PATH.gguf, or any litellm provider/model, e.g. openai/gpt-4o-mini "

@@ -9,10 +9,11 @@ interface; a policy only says what to reply to a request, as a dict.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from typing import Any
 
 
-class PolicyEngine:
+class PolicyEngine(ABC):
     """The engine interface (``complete``, ``stream``, ``close``) around ``reply``."""
 
     name = "policy"
@@ -24,9 +25,9 @@ class PolicyEngine:
         """A 4-characters-a-token estimate (a policy has no tokenizer)."""
         return max(1, len(text) // 4)
 
+    @abstractmethod
     def reply(self, request: Any) -> dict[str, Any]:
         """The output fields for one request; subclasses play their plan here."""
-        raise NotImplementedError
 
     def complete(self, request: Any) -> Any:
         """``reply`` as a DSPy response, with token counts estimated both ways."""
@@ -45,5 +46,5 @@ class PolicyEngine:
 
         return response_to_events(self.complete(request))
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a script holds no resources: nothing to free
         """Nothing to free."""
