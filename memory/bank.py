@@ -154,7 +154,7 @@ class ConsolidationPolicy(BaseModel):
             return Decision(action=action, candidate=candidate, rule=rule, reason=reason,
                             target_id=target.id if target else None, similarity=similarity)
 
-        noise = self._noise(candidate)
+        noise = self.noise(candidate)
         if noise is not None:
             return made("discard", noise[0], noise[1], similarity=noise[2])
         exact = self._exact(store, user_id, candidate)
@@ -220,7 +220,11 @@ class ConsolidationPolicy(BaseModel):
         """``decide`` then ``apply``: the one call a closed loop makes per new strategy."""
         return self.apply(store, user_id, self.decide(store, user_id, candidate))
 
-    def _noise(self, candidate: StrategyItem) -> tuple[str, str, float | None] | None:
+    def noise(self, candidate: StrategyItem) -> tuple[str, str, float | None] | None:
+        """Why ``candidate`` is generic noise, as (rule, reason, similarity), or None.
+
+        The extraction policy drops noise with this same rule before it counts items.
+        """
         text = candidate.text.strip()
         for phrase in self.generic:
             score = fuzz.ratio(fold(text), fold(phrase))

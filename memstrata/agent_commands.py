@@ -12,6 +12,18 @@ import sys
 from pathlib import Path
 
 
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """``--lm``, ``--api-base``, ``--n-ctx``, ``--max-tokens``: what ``model_from_args`` reads."""
+    p.add_argument("--lm", default="local/smollm2",
+                   help="the model: local/smollm2 (embedded, offline; default), "
+                   "local/PATH.gguf, or any litellm provider/model (keys from the environment)")
+    p.add_argument("--api-base", help="server address for --lm (Ollama, vLLM, llama.cpp)")
+    p.add_argument("--n-ctx", type=int, default=8192,
+                   help="context window of a local model in tokens (default 8192)")
+    p.add_argument("--max-tokens", type=int, default=512,
+                   help="longest output per LLM call (default 512: room for a code step)")
+
+
 def model_from_args(args: argparse.Namespace):
     """The model a command runs on (``--lm``/``--api-base``/``--n-ctx``)."""
     from memstrata.programs import setup_lm

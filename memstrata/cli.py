@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from memstrata.agent_commands import (
+    add_model_args,
     caps_from_json,
     cmd_rlm,
     cmd_runs,
@@ -21,6 +22,7 @@ from memstrata.agent_commands import (
     model_from_args,
 )
 from memstrata.chat_commands import cmd_chat, cmd_facts
+from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
 from memstrata.personal_commands import add_reconcile_args, cmd_reconcile
 from memstrata.verify_commands import add_verify_parser
@@ -249,17 +251,6 @@ def _add_audit_arg(p: argparse.ArgumentParser) -> None:
                    "beside --data, if present)")
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lm", default="local/smollm2",
-                   help="the model: local/smollm2 (embedded, offline; default), "
-                   "local/PATH.gguf, or any litellm provider/model (keys from the environment)")
-    p.add_argument("--api-base", help="server address for --lm (Ollama, vLLM, llama.cpp)")
-    p.add_argument("--n-ctx", type=int, default=8192,
-                   help="context window of a local model in tokens (default 8192)")
-    p.add_argument("--max-tokens", type=int, default=512,
-                   help="longest output per LLM call (default 512: room for a code step)")
-
-
 def _add_executor_args(p: argparse.ArgumentParser, max_output_chars: int) -> None:
     p.add_argument("--executor", default="rlm", choices=("rlm", "react", "scratchpad"),
                    help="dspy.RLM (default), dspy.ReAct, or the scratchpad executor")
@@ -299,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (lexical only)")
     p.add_argument("--json", action="store_true", help="one JSON report per conversation")
     add_ingest_args(p)
-    _add_model_args(p)
+    add_model_args(p)
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("search", help="hybrid search over one tenant's memory",
@@ -333,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge", help="a model that grades the run (success and a rationale), "
                    "recorded with it; same forms as --lm")
     p.add_argument("--judge-api-base", help="server address for --judge")
-    _add_model_args(p)
+    add_model_args(p)
     _add_executor_args(p, 2000)
     p.set_defaults(func=cmd_rlm)
 
@@ -348,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=60.0,
                    help="fuzzy score below which a prediction is violated (60)")
     p.add_argument("--top-k", type=int, default=10, help="facts shown to the responder (10)")
-    _add_model_args(p)
+    add_model_args(p)
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("facts", help="list, search or delete a user's VoE facts",
@@ -392,8 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description=cmd_reconcile.__doc__)
     _add_data_arg(p)
     add_reconcile_args(p)
-    _add_model_args(p)
+    add_model_args(p)
     p.set_defaults(func=cmd_reconcile)
+
+    add_experiment_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (retrieval, locomo, scale, leakage, tools)",
                            description="Benchmarks; each writes JSON and a PNG chart to --out.")
@@ -420,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-dense", action="store_true", help="skip the dense channel")
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
     add_ingest_args(p)
-    _add_model_args(p)
+    add_model_args(p)
     p.set_defaults(func=cmd_bench_facts)
 
     p = bsub.add_parser("locomo", help="LoCoMo question answering, four systems, one model",
@@ -473,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversations", help="comma-separated sample ids")
     p.add_argument("--categories", help="comma-separated categories (default 1,2,3,4)")
     p.add_argument("--out", default="out", help="output folder (default ./out)")
-    _add_model_args(p)
+    add_model_args(p)
     p.epilog = ("--lm policy/search-read runs a scripted tool-using policy instead of a "
                 "model: the same code in both arms, so the tool contract alone differs.")
     _add_executor_args(p, 10_000)
@@ -488,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversations", help="comma-separated sample ids")
     p.add_argument("--no-dense", action="store_true", help="skip the embedding cosine")
     p.add_argument("--out", default="out", help="output folder (default ./out)")
-    _add_model_args(p)
+    add_model_args(p)
     p.set_defaults(func=cmd_bench_voe)
 
     p = bsub.add_parser("tools", help="latency of every handle tool at N items",

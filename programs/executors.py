@@ -94,12 +94,14 @@ class AnswerWithTools(dspy.Signature):
         desc="a short phrase")
 
 
-def executor_signature(context_names: list[str]) -> type[dspy.Signature]:
-    """``AnswerWithTools`` with one extra input per context variable (blob handles)."""
-    signature: type[dspy.Signature] = AnswerWithTools
+def executor_signature(context_names: list[str],
+                       base: type[dspy.Signature] = AnswerWithTools) -> type[dspy.Signature]:
+    """``base`` with one extra input per context variable it lacks (blob handles)."""
+    signature = base
     for name in context_names:
-        signature = signature.insert(-1, name, dspy.InputField(
-            desc="a BlobRef handle (or text) to search"), type_=str)
+        if name not in signature.input_fields:
+            signature = signature.insert(-1, name, dspy.InputField(
+                desc="a BlobRef handle (or text) to search"), type_=str)
     return signature
 
 
@@ -201,7 +203,9 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
                  context: dict[str, BlobRef | str] | None = None,
                  factory: Callable[[], Any] | None = None,
                  layers: tuple[str, ...] = ("turns", "items", "blobs"),
-                 judge: ModelHandle | None = None) -> ExecutorRun:
+                 judge: ModelHandle | None = None,
+                 signature: type[dspy.Signature] = AnswerWithTools,
+                 tools: list[Callable[..., Any]] | None = None) -> ExecutorRun:
     """Run one executor session on ``question`` and record it in the session's store.
 
     Args:
@@ -215,6 +219,10 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
         layers: the memory layers the run could reach, for the record.
         judge: a model that grades the run with ``Judge`` (task, steps, answer); its
             verdict is recorded with the run.
+        signature: the task's signature (``question`` in, ``answer`` out, by default
+            ``AnswerWithTools``); a task suite passes its own, with its own inputs.
+        tools: the tools to give the agent instead of the settings' memory tools; bind
+            extra ones with ``session.bind`` so their calls are logged like the rest.
 
     Returns:
         The answer, the steps, the leakage figures and the usage. A failure a weak model
@@ -222,7 +230,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
         ``error`` set and recorded as an ``error`` run; other exceptions propagate.
     """
     settings = settings or ExecutorSettings()
-    tools = session.handle_tools() if settings.tools == "handles" else session.naive_tools()
+    if tools is None:
+        tools = session.handle_tools() if settings.tools == "handles" else session.naive_tools()
     # RLM and the scratchpad put a handle in the sandbox; ReAct's inputs are prompt text,
     # so it gets the handle's repr (the naive arm's full text goes in as it is).
     variables: dict[str, Any] = {
@@ -231,7 +240,7 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
     if factory is None and settings.executor != "react":
         factory = interpreter_factory(settings.interpreter)
     module, step_mods, final_mods = build_executor(
-        settings, tools, executor_signature(list(variables)), factory)
+        settings, tools, executor_signature(list(variables), signature), factory)
     calls_mark, meter_mark = len(session.log.calls), handle.meter.mark()
     tap = PromptTap(step_mods, final_mods, marker=lambda: len(session.log.calls))
     config = {**settings.model_dump(), "model": handle.name, "caps": session.caps.model_dump(),
@@ -254,7 +263,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
         calls = session.log.since(calls_mark)
         shown = _record_steps(rec, settings.executor, steps, calls,
                               [m - calls_mark for m in tap.step_marks], tap.context_chars)
-        answer = "" if pred is None else str(getattr(pred, "answer", "") or "")
+        output_name = list(signature.output_fields)[-1]
+        answer = "" if pred is None else str(getattr(pred, output_name, "") or "")
         usage = handle.meter.since(meter_mark)
         leakage = measure(
             context_chars=tap.context_chars,
@@ -279,12 +289,18 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
                        error=error, verdict=verdict)
 
 
+def render_trajectory(steps: list[dict[str, Any]], chars: int = 3000) -> str:
+    """A run's steps as compact lines for a judge or an extractor: what each iteration
+    did and what came back, each part cut to 300 chars, the whole to ``chars``."""
+    return "\n".join(
+        f"{s['iteration']}. {s.get('code', '')[:300]} -> {str(s.get('output', ''))[:300]}"
+        for s in steps)[:chars]
+
+
 def _judge(judge: ModelHandle, task: str, steps: list[dict[str, Any]], answer: str
            ) -> dict[str, Any]:
     """``Judge``'s verdict on a run (its steps rendered compactly, cut to 3,000 chars)."""
-    trajectory = "\n".join(
-        f"{s['iteration']}. {s.get('code', '')[:300]} -> {str(s.get('output', ''))[:300]}"
-        for s in steps)[:3000]
+    trajectory = render_trajectory(steps)
     try:
         with dspy.context(lm=judge.lm):
             out = Judge()(task=task, trajectory=trajectory or "(no steps)", output=answer)

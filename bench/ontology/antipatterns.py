@@ -41,6 +41,19 @@ ANTI_PATTERNS = (
     DUPLICATE_ROWS,
 )
 
+ADVICE: dict[str, str] = {
+    MISSING_PREFIX: "declare every prefix the query uses with a PREFIX line",
+    SELECT_STAR_UNBOUNDED: "project the answer variables; add LIMIT while exploring",
+    TYPE_WITHOUT_SUBCLASS_CLOSURE: "match instances with rdf:type/rdfs:subClassOf*",
+    SUBCLASS_NOT_TRANSITIVE: "use rdfs:subClassOf+ (or *) to reach every subclass",
+    REGEX_INSTEAD_OF_IRI: "compare IRIs directly instead of REGEX/CONTAINS on strings",
+    CARTESIAN_PRODUCT: "join every triple pattern to the rest through a shared variable",
+    ALL_VARIABLE_PATTERN: "bind the predicate or a node; ?s ?p ?o matches the whole graph",
+    DUPLICATE_ROWS: "SELECT DISTINCT when the answer is a set",
+}
+"""Each anti-pattern's advice as a fixed line (the messages above vary with the query):
+the derived constraints of the L1 layer."""
+
 LARGE_RESULT = 100  # rows from which an unbounded SELECT * counts as "large"
 
 # Strings, IRIs and comments are blanked before the text checks, so a `#` inside an IRI

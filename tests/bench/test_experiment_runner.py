@@ -1,0 +1,330 @@
+"""The experiment runner end to end: DummyLM and scripted models over a three-task suite,
+every file written, budgets checked, the closed loop writing back, resume, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+from memstrata.bench.experiments import (
+    OntologySuite,
+    Runner,
+    compare_runs,
+    load_config,
+)
+from memstrata.bench.experiments.config import ExperimentConfig
+from memstrata.bench.experiments.runner import ordered
+from memstrata.bench.ontology import load_tasks
+from memstrata.memory import Store
+from memstrata.memory.bank import active_strategies
+from memstrata.programs import wrap_lm
+
+from memstrata.cli import main
+from tests.conftest import ScriptedEngine
+
+FILES = {"config.json", "run.json", "results.jsonl", "trajectories.jsonl", "memory.db",
+         "summary.json", "summary.md"}
+INTERFACE = ["experiment", "tasks", "success_rate", "steps_per_task", "llm_calls",
+             "budget_violations"]
+
+
+@pytest.fixture(scope="module")
+def three() -> list[Any]:
+    """Three shipped tasks: a definition lookup, a label lookup, one building question."""
+    tasks = {t.id: t for t in load_tasks()}
+    return [tasks["L1-01"], tasks["L1-03"], tasks["L2-06"]]
+
+
+@pytest.fixture
+def task_file(tmp_path: Path, three: list[Any]) -> Path:
+    path = tmp_path / "three.json"
+    path.write_text(json.dumps({"ontology_version": "test", "tasks": [
+        t.model_dump(mode="json") for t in three]}))
+    return path
+
+
+def _order(config: ExperimentConfig, suite: OntologySuite) -> list[str]:
+    return [t.id for t in ordered(suite.tasks(), config.order_seed, None)]
+
+
+def _dummy_e1(three: list[Any], order: list[str]) -> DummyLM:
+    # Per task, in the pass's order: a ReAct step that finishes, then the query. The
+    # second task's query is wrong on purpose (no PREFIX): it must fail, not crash.
+    gold = {t.id: t.gold_sparql for t in three}
+    answers: list[dict[str, Any]] = []
+    for n, tid in enumerate(order):
+        answers.append({"next_thought": "I know it", "next_tool_name": "finish",
+                        "next_tool_args": {}})
+        query = gold[tid] if n != 1 else gold[tid].split("SELECT", 1)[1].join(["SELECT", ""])
+        answers.append({"reasoning": "from the card", "sparql": query})
+    return DummyLM(answers, adapter=dspy.JSONAdapter())
+
+
+def test_runner_end_to_end_on_dummy_lm(tmp_path: Path, task_file: Path,
+                                       three: list[Any]) -> None:
+    config, suite = load_config("E1"), OntologySuite(task_file)
+    order = _order(config, suite)
+    handle = wrap_lm(_dummy_e1(three, order), "dummy")
+    out = tmp_path / "e1"
+    summary = Runner(config, suite, handle, out).run(progress=False)
+
+    assert {p.name for p in out.iterdir()} >= FILES
+    doc = json.loads((out / "summary.json").read_text())
+    assert list(doc)[:6] == INTERFACE
+    assert doc["experiment"] == "E1" and doc["tasks"] == 3 and doc["budget_violations"] == 0
+    assert doc["success_rate"] == pytest.approx(2 / 3, abs=1e-4)
+    assert doc["llm_calls"] == 6 and doc["steps_per_task"] == 1.0
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in results] == order
+    assert [r["success"] for r in results] == [True, False, True]
+    assert results[1]["status"] == "parse_error" and "missing_prefix" in results[1]["findings"]
+    assert all(r["verdict"] is None for r in results)  # E1 does not judge
+    # Every task's agent run is in the trajectories, and the config and commit are saved.
+    runs = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert {r["id"] for r in runs} == {i for r in results for i in r["run_ids"]}
+    assert json.loads((out / "config.json").read_text()) == config.model_dump(mode="json")
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["order"] == order and meta["db_before"]["digest"] and "commit" in meta
+    assert summary.curve == [1.0, 0.5, 0.6667]
+    assert "## Learning curve" in (out / "summary.md").read_text()
+
+
+def _scripted_loop(three: list[Any], *, fail_first_rollout: bool = False):
+    """A model that writes the gold query, judges success, and distils one lesson."""
+    gold = {t.question: t.gold_sparql for t in three}
+    calls = {"sparql": 0}
+
+    def reply(system: str, user: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+        props = (schema or {}).get("properties", {})
+        question = next(q for q in gold if q in user) if any(q in user for q in gold) else ""
+        if "next_tool_name" in props:
+            if "observation_0" in user.lower():
+                return {"next_thought": "rows are right", "next_tool_name": "finish",
+                        "next_tool_args": {}}
+            return {"next_thought": "test it", "next_tool_name": "run_sparql",
+                    "next_tool_args": {"query": gold[question]}}
+        if "sparql" in props:
+            calls["sparql"] += 1
+            bad = fail_first_rollout and calls["sparql"] % 3 == 1
+            return {"reasoning": "tested", "sparql": "SELECT" if bad else gold[question]}
+        if "success" in props:
+            return {"success": True, "rationale": "the rows answer the question"}
+        if "lessons" in props:
+            return {"lessons": [{"title": f"Lesson from: {question[:40]}",
+                                 "description": "when a question names a Brick class",
+                                 "content": "Bind the class IRI directly and read skos "
+                                            f"definitions or rdfs labels: {question}"}]}
+        if "do" in props:
+            return {"do": [{"title": "Declare prefixes and project variables",
+                            "description": "when writing any Brick query",
+                            "content": "Start with PREFIX brick and rdfs, then SELECT "
+                                       "named variables from bound class IRIs."}],
+                    "avoid": [{"title": "A bare SELECT is not a query",
+                               "description": "when the query text is incomplete",
+                               "content": "Never submit SELECT without a WHERE pattern; "
+                                          "run_sparql reports the parse error first."}]}
+        raise AssertionError(f"unexpected program: {sorted(props)}")
+
+    return reply
+
+
+def test_closed_loop_writes_back_and_injects_learned_strategies(
+        tmp_path: Path, task_file: Path, three: list[Any]) -> None:
+    handle = wrap_lm(dspy.LM("local/scripted", engine=ScriptedEngine(_scripted_loop(three)),
+                             cache=False), "local/scripted")
+    out = tmp_path / "e9"
+    summary = Runner(load_config("E9"), OntologySuite(task_file), handle, out).run(
+        progress=False)
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert summary.success_rate == 1.0 and summary.judge_agreement == 1.0
+    assert all(r["verdict"]["source"] == "llm" for r in results)
+    assert [a["action"] for r in results for a in r["extracted"]] == ["add"] * 3
+    # A strategy learned on an earlier task is injected into a later one and counted.
+    assert any(r["injected_ids"] for r in results[1:])
+    with Store.open(out / "memory.db") as store:
+        bank = active_strategies(store, "experiment")
+        assert len(bank) == 3 and all("ontology:brick" in s.tags for s in bank)
+        assert sum(s.uses for s in bank) == sum(len(r["injected_ids"]) for r in results)
+        kinds = {s.kind for r in results for rid in r["run_ids"]
+                 for s in store.runs.steps("experiment", rid)}
+    assert {"verdict", "extraction", "bank", "iteration", "tool"} <= kinds
+    assert summary.health is not None and summary.health.novelty_rate == 1.0
+
+
+def test_rollouts_select_by_judge_and_contrast(tmp_path: Path, task_file: Path,
+                                              three: list[Any]) -> None:
+    engine = ScriptedEngine(_scripted_loop(three, fail_first_rollout=True))
+    handle = wrap_lm(dspy.LM("local/scripted", engine=engine, cache=False), "local/scripted")
+    out = tmp_path / "e12"
+    summary = Runner(load_config("E12"), OntologySuite(task_file), handle, out).run(
+        progress=False)
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    # Rollout 0 writes a bare SELECT; the judge's checks fail it and a later one is kept.
+    assert all(r["rollouts"] == 3 and r["selected"] == 1 for r in results)
+    assert summary.success_rate == 1.0
+    # Mixed outcomes: contrastive extraction gives one strategy and one guardrail.
+    first = results[0]["extracted"]
+    assert sorted(a["polarity"] for a in first) == ["failure", "success"]
+    temps = {r.config.temperature for r in engine.requests}
+    assert 0.7 in temps  # later rollouts sample
+
+
+def test_full_layer_cake_stays_inside_budgets(tmp_path: Path, task_file: Path,
+                                              three: list[Any]) -> None:
+    config = load_config("E6")
+    handle = wrap_lm(dspy.LM("local/scripted", engine=ScriptedEngine(_scripted_loop(three)),
+                             cache=False), "local/scripted")
+    out = tmp_path / "e6"
+    summary = Runner(config, OntologySuite(task_file), handle, out).run(progress=False)
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert summary.budget_violations == 0
+    for r in results:
+        assert set(r["layer_chars"]) == {"L0", "L1", "L2", "L3"}
+        for layer, chars in r["layer_chars"].items():
+            assert 0 < chars <= config.budgets.of(layer)
+        assert r["injected_ids"]  # the seeded bank reaches the prompt
+    with Store.open(out / "memory.db") as store:  # L3's guide is stored whole
+        assert store.blobs.info("experiment", "guide:brick").chars > config.budgets.l3
+
+
+def test_interrupted_run_resumes_after_the_last_task(tmp_path: Path, task_file: Path,
+                                                     three: list[Any]) -> None:
+    engine = ScriptedEngine(_scripted_loop(three))
+    handle = wrap_lm(dspy.LM("local/scripted", engine=engine, cache=False), "local/scripted")
+    out, config, suite = tmp_path / "e1", load_config("E1"), OntologySuite(task_file)
+    engine.fail_after = 5  # the second task's calls are cut off
+    with pytest.raises(KeyboardInterrupt):
+        Runner(config, suite, handle, out).run(progress=False)
+    assert len((out / "results.jsonl").read_text().splitlines()) == 1
+    with pytest.raises(ValueError, match="--resume"):
+        Runner(config, suite, handle, out).run(progress=False)
+    changed = config.model_copy(update={"title": "another"})
+    with pytest.raises(ValueError, match="differs"):
+        Runner(changed, suite, handle, out).run(progress=False, resume=True)
+    engine.fail_after = None
+    summary = Runner(config, suite, handle, out).run(progress=False, resume=True)
+    ids = [json.loads(line)["task_id"] for line in (out / "results.jsonl").read_text()
+           .splitlines()]
+    assert summary.tasks == 3 and ids == _order(config, suite)
+
+
+def test_configs_are_the_seed_experiments() -> None:
+    configs = {n: load_config(n) for n in (f"E{i}" for i in range(1, 13))}
+    assert configs["E1"].layers == [] and not configs["E1"].learn
+    assert configs["E6"].layers == ["L0", "L1", "L2", "L3"] and configs["E6"].seed_bank
+    assert configs["E7"].executor.tools == "naive" and configs["E8"].mode == "tools"
+    # E9 differs from E1 only by the learned L2 layer and the loop.
+    e1, e9 = configs["E1"].model_dump(), configs["E9"].model_dump()
+    assert {k for k in e1 if e1[k] != e9[k]} == {"experiment", "title", "layers", "learn"}
+    assert configs["E9"].consolidation is None and configs["E10"].consolidation is not None
+    assert configs["E11"].forgetting is not None and configs["E12"].rollouts.n == 3
+    assert configs["E12"].extraction.contrastive
+
+
+def test_config_overrides_and_errors(tmp_path: Path) -> None:
+    cfg = load_config("E9", ["executor.max_iters=2", "extraction.method=trace",
+                             "forgetting={\"max_active\": 30}"])
+    assert cfg.executor.max_iters == 2 and cfg.extraction.method == "trace"
+    assert cfg.forgetting is not None and cfg.forgetting.max_active == 30
+    with pytest.raises(ValueError, match="no experiment"):
+        load_config("E99")
+    with pytest.raises(ValueError, match="invalid experiment config"):
+        load_config("E1", ["mode=sideways"])
+    with pytest.raises(ValueError, match="key=value"):
+        load_config("E1", ["mode"])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad\.json"):
+        load_config(str(bad))
+
+
+def test_suite_checks_need_no_gold(three: list[Any]) -> None:
+    from memstrata.bench.experiments.suites import SuiteTask
+    from memstrata.programs.executors import ExecutorRun
+    from memstrata.programs.meter import Usage
+    from memstrata.trajectories import Leakage
+
+    suite = OntologySuite()
+    task = SuiteTask(id=three[0].id, level="L1", question=three[0].question)
+
+    def run(answer: str) -> ExecutorRun:
+        return ExecutorRun(run_id="r", executor="react", answer=answer, converged=True,
+                           leakage=Leakage(), usage=Usage(), wall_s=0.0)
+
+    assert all(c.passed for c in suite.checks(task, run(three[0].gold_sparql)))
+    no_prefix = three[0].gold_sparql.split("SELECT", 1)[1].join(["SELECT", ""])
+    failed = {c.name for c in suite.checks(task, run(no_prefix)) if not c.passed}
+    assert {"runs", "no_anti_pattern"} <= failed
+    assert [c.name for c in suite.checks(task, run("I think it is a sensor"))] == ["has_query"]
+    assert suite.grade(task, run(three[0].gold_sparql)).success
+
+
+def test_cli_compare_and_errors(tmp_path: Path, task_file: Path, three: list[Any],
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    suite = OntologySuite(task_file)
+    for name in ("E1", "E5"):
+        handle = wrap_lm(dspy.LM("local/scripted", engine=ScriptedEngine(
+            _scripted_loop(three)), cache=False), "local/scripted")
+        Runner(load_config(name), suite, handle, tmp_path / name).run(progress=False)
+    assert main(["experiment", "compare", str(tmp_path / "E1"), str(tmp_path / "E5"),
+                 "--out", str(tmp_path / "cmp")]) == 0
+    assert "E5" in capsys.readouterr().out
+    assert (tmp_path / "cmp" / "compare.png").stat().st_size > 0
+    assert compare_runs([tmp_path / "E1", tmp_path / "E5"], tmp_path / "cmp2").runs
+    with pytest.raises(SystemExit, match="invalid experiment config"):
+        main(["experiment", "E1", "--out", str(tmp_path / "x"), "--set", "mode=sideways"])
+    with pytest.raises(SystemExit, match="categories"):
+        main(["experiment", "E1", "--suite", "locomo", "--categories", "7",
+              "--out", str(tmp_path / "x")])
+
+
+def test_locomo_suite_through_the_executor_with_memory_tools(tmp_path: Path) -> None:
+    from memstrata.bench.experiments import LocomoSuite
+
+    from tests.conftest import locomo_record
+
+    qa = [{"question": "What pet did Alice adopt?", "answer": "a guinea pig",
+           "evidence": ["D1:1"], "category": 4},
+          {"question": "Where does Alice's grandma live?", "answer": "Sweden",
+           "evidence": ["D2:2"], "category": 4},
+          {"question": "What did Bob say about Mars?", "adversarial_answer": "x",
+           "evidence": [], "category": 5}]
+    data = tmp_path / "conv.json"
+    data.write_text(json.dumps([locomo_record("conv-a", qa=qa)]))
+    answers = {"pet": "a guinea pig named Oscar", "grandma": "Paris"}
+
+    def reply(system: str, user: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+        props = (schema or {}).get("properties", {})
+        if "next_tool_name" in props:
+            if "observation_0" in user.lower():
+                return {"next_thought": "found", "next_tool_name": "finish",
+                        "next_tool_args": {}}
+            return {"next_thought": "search", "next_tool_name": "mem_search",
+                    "next_tool_args": {"query": "Alice"}}
+        if "answer" in props:
+            return {"reasoning": "read it", "answer": next(
+                (a for k, a in answers.items() if k in user.split("Question")[-1]), "")}
+        if "success" in props:
+            return {"success": True, "rationale": "it answers"}
+        if "lessons" in props:
+            return {"lessons": []}
+        raise AssertionError(sorted(props))
+
+    suite = LocomoSuite(data, categories=(4,))
+    assert suite.user_id == "conv-a" and [t.level for t in suite.tasks()] == ["cat4"] * 2
+    handle = wrap_lm(dspy.LM("local/scripted", engine=ScriptedEngine(reply), cache=False),
+                     "local/scripted")
+    config = load_config("E9", ["order_seed=null"])
+    summary = Runner(config, suite, handle, tmp_path / "run").run(progress=False)
+    results = [json.loads(line) for line in
+               (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert [r["success"] for r in results] == [True, False]  # Paris is not Sweden
+    assert all(r["tool_calls"] >= 1 for r in results)
+    # The judge (no gold) said success both times; gold disagrees once.
+    assert summary.judge_agreement == 0.5
+    with pytest.raises(ValueError, match="no conversation"):
+        LocomoSuite(data, conversation="conv-zz")
