@@ -22,14 +22,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="context window of a local model in tokens (default 8192)")
     p.add_argument("--max-tokens", type=int, default=512,
                    help="longest output per LLM call (default 512: room for a code step)")
+    p.add_argument("--threads", type=int, help="CPU threads of a local model (default: all "
+                   "cores; fewer decode faster when other work shares the machine)")
 
 
 def model_from_args(args: argparse.Namespace):
     """The model a command runs on (``--lm``/``--api-base``/``--n-ctx``)."""
     from memstrata.programs import setup_lm
 
+    if args.threads is not None and args.threads < 1:
+        raise SystemExit("memstrata: --threads must be at least 1")
     return setup_lm(args.lm, api_base=args.api_base, n_ctx=args.n_ctx,
-                    max_tokens=args.max_tokens)
+                    max_tokens=args.max_tokens, n_threads=args.threads)
 
 
 def from_flags(model: type, flags: dict[str, tuple[str, object]]):

@@ -157,7 +157,7 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
     if args.budget is not None and args.budget < 0:
         raise SystemExit("memstrata: --budget must be >= 0")
     budget = {"budget": args.budget} if args.budget is not None else {}
-    handle = setup_lm(args.lm, api_base=args.api_base, n_ctx=args.n_ctx)
+    handle = setup_lm(args.lm, api_base=args.api_base, n_ctx=args.n_ctx, n_threads=args.threads)
     judge = setup_lm(args.judge, api_base=args.judge_api_base) if args.judge else None
     try:
         doc = run_locomo_bench(

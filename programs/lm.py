@@ -99,7 +99,7 @@ def _check_litellm_model(model: str, api_base: str | None) -> None:
 
 def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature: float = 0.0,
              max_tokens: int = 256, n_ctx: int = DEFAULT_N_CTX, cache: bool = False,
-             engine: Any = None) -> ModelHandle:
+             engine: Any = None, n_threads: int | None = None) -> ModelHandle:
     """A configured LM for ``choice``.
 
     Args:
@@ -111,6 +111,9 @@ def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature
         n_ctx: the context window for local models.
         cache: DSPy's response cache; off by default so the meter counts real calls.
         engine: an engine to use instead (tests pass scripted fakes).
+        n_threads: CPU threads of a local model (default: every core). On a machine
+            shared with other work, fewer threads than cores decode faster: threads
+            that wait on a busy core stall the others at every step.
 
     Raises:
         ModelSetupError: what to install or set, when the model cannot be set up.
@@ -123,7 +126,7 @@ def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature
     if choice.startswith(LOCAL_PREFIX) or engine is not None:
         if engine is None:
             path = None if choice == EMBEDDED else choice[len(LOCAL_PREFIX):]
-            engine = LlamaCppEngine(path, n_ctx=n_ctx)
+            engine = LlamaCppEngine(path, n_ctx=n_ctx, n_threads=n_threads)
         lm = dspy.LM(choice, engine=engine, temperature=temperature, max_tokens=max_tokens,
                      cache=cache, num_retries=0, callbacks=[meter])
         counter = getattr(engine, "count_tokens", None)
