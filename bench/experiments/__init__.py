@@ -21,7 +21,7 @@ _WHERE = {
     "compare_runs": "compare", "load_run": "compare", "EXPERIMENTS": "names",
     "ExperimentConfig": "config", "load_config": "config", "MemoryHealth": "records",
     "RunSummary": "records", "TaskResult": "records", "Runner": "runner",
-    "LocomoSuite": "suites", "OntologySuite": "suites", "Suite": "suites",
+    "LocomoSuite": "locomo_suite", "OntologySuite": "ontology_suite", "Suite": "suites",
 }
 __all__ = sorted(_WHERE)
 

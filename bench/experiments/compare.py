@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .chart import write_chart
 from .records import RunSummary, TaskResult, read_results
 from .report import cell, table
 
@@ -211,42 +212,6 @@ def render_compare(comparison: Comparison) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_chart(runs: Sequence[LoadedRun], labels: Sequence[str], path: Path) -> None:
-    """``compare.png``: cumulative success curves (left), success and steps bars (right).
-
-    Raises:
-        ImportError: matplotlib is not installed.
-    """
-    # A Figure on an Agg canvas, not pyplot: no global backend switch, no figure registry.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(12, 4.5))
-    FigureCanvasAgg(fig)
-    left, right = fig.subplots(1, 2)
-    for run, name in zip(runs, labels, strict=True):
-        curve = run.summary.curve
-        left.plot(range(1, len(curve) + 1), curve, label=name)
-    left.set(title="cumulative success rate", xlabel="task", ylabel="success rate",
-             ylim=(0, 1.02))
-    left.grid(alpha=0.3)
-    left.legend(fontsize=8)
-    # Success rate (0-1) and steps (unbounded) need their own y axes.
-    steps_axis = right.twinx()
-    width = 0.8 / len(runs)
-    for n, (run, name) in enumerate(zip(runs, labels, strict=True)):
-        colour = f"C{n}"
-        right.bar(0 + n * width, run.summary.success_rate, width, color=colour, label=name)
-        steps_axis.bar(1 + n * width, run.summary.steps_per_task, width, color=colour)
-    middle = width * (len(runs) - 1) / 2
-    right.set_xticks([middle, 1 + middle], ["success rate", "steps per task"])
-    right.set(ylim=(0, 1.02), ylabel="success rate", title="per run")
-    steps_axis.set_ylabel("steps per task")
-    right.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 def compare_runs(paths: Sequence[Path], out_dir: Path) -> Comparison:
     """Compare runs against the first and write ``compare.json``, ``.md`` and ``.png``.
 
@@ -282,7 +247,7 @@ def compare_runs(paths: Sequence[Path], out_dir: Path) -> Comparison:
              "png": out_dir / "compare.png"}
     chart_error = None
     try:
-        write_chart(runs, labels, files["png"])
+        write_chart([r.summary for r in runs], labels, files["png"])
     except ImportError as exc:
         chart_error = f"matplotlib is not installed ({exc})"
         del files["png"]

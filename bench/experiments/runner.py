@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from .config import ExperimentConfig
 from .health import memory_health
-from .records import BankAction, TaskResult, read_results
+from .records import BankAction, RunSummary, TaskResult, read_results
 from .report import summarise, write_summary
 from .suites import LayerSources, Suite, SuiteTask
 
@@ -104,7 +104,7 @@ class Runner:
         self.factory = factory
 
     def run(self, *, limit: int | None = None, resume: bool = False,
-            progress: bool = True) -> Any:
+            progress: bool = True) -> RunSummary:
         """The whole pass; returns the ``RunSummary`` it wrote."""
         cfg, suite = self.config, self.suite
         done = _prepare_dir(self.out, cfg, resume)

@@ -1,0 +1,138 @@
+"""Suite (a): natural-language questions answered by SPARQL over Brick and a building."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import dspy
+from memstrata.memory.models import StrategyItem
+from memstrata.packers.context import Mode
+from memstrata.packers.layers import derived_constraints
+from memstrata.programs.executors import ExecutorRun, ExecutorSettings
+from memstrata.programs.judging import Check
+from memstrata.tools import Binding, ToolSession
+from pydantic import StringConstraints
+
+from ..ontology import OntologyTask, check_antipatterns, execute, load_tasks, score
+from ..ontology.antipatterns import ADVICE
+from ..ontology.card import sense_card
+from ..ontology.guide import ontology_guide
+from .names import SEEDS_DIR
+from .suites import (
+    MEMORY_DESC,
+    Grade,
+    LayerSources,
+    Suite,
+    SuiteTask,
+    load_seed,
+    memory_tools,
+)
+
+
+class WriteSparql(dspy.Signature):
+    """Write one SPARQL SELECT query over the Brick building graph that answers the
+    question. Declare every prefix you use. Test a query with run_sparql(query), which
+    returns its status, error and first rows; fix it and finish when it answers."""
+
+    question: str = dspy.InputField()
+    memory: str = dspy.InputField(desc=MEMORY_DESC)
+    sparql: Annotated[str, StringConstraints(max_length=1500)] = dspy.OutputField(
+        desc="the final SPARQL query")
+
+
+ROWS_SHOWN = 5  # rows run_sparql shows; the handle-style result is bounded
+CELL_CHARS = 80
+
+
+def _sparql_tool(naive: bool) -> Callable[..., dict[str, Any]]:
+    def run_sparql(b: Binding, query: str) -> dict[str, Any]:
+        """Run a SPARQL SELECT query; returns status, error, variables, row count and rows.
+
+        Args:
+            query: the whole query, PREFIX lines included.
+        """
+        out = execute(str(query), timeout_s=10.0, max_rows=10_000 if naive else 1_000)
+        rows = out.rows if naive else out.rows[:ROWS_SHOWN]
+        return {"status": out.status, "error": (out.error or "")[:300] or None,
+                "variables": out.variables, "n_rows": len(out.rows),
+                "truncated": out.truncated,
+                "rows": [[str(c)[:CELL_CHARS] if not naive else str(c) for c in r]
+                         for r in rows]}
+    return run_sparql
+
+
+class OntologySuite(Suite):
+    """Suite (a): natural-language questions answered by SPARQL over Brick + a building.
+
+    Args:
+        task_file: an ``ontology_tasks.json``-format file (default: the shipped 62 tasks).
+    """
+
+    name = "ontology"
+    scope = "ontology:brick"
+    user_id = "experiment"
+
+    def __init__(self, task_file: Path | None = None) -> None:
+        self._tasks = {t.id: t for t in load_tasks(task_file)}
+        self._seed = SEEDS_DIR / "ontology.json"
+
+    def tasks(self) -> list[SuiteTask]:
+        """Every task of the file, in file order."""
+        return [SuiteTask(id=t.id, level=f"L{int(t.level)}", question=t.question)
+                for t in self._tasks.values()]
+
+    def task(self, task_id: str) -> OntologyTask:
+        """The full task (gold included) behind a runner task."""
+        return self._tasks[task_id]
+
+    def sources(self) -> LayerSources:
+        """The card, curated + derived constraints, and the materialised guide."""
+        constraints, _ = load_seed(self._seed, self.user_id, self.scope)
+        return LayerSources(card=sense_card(), constraints=constraints,
+                            derived=derived_constraints(ADVICE),
+                            artefact=("guide:brick", ontology_guide()))
+
+    def seed_pack(self) -> list[StrategyItem]:
+        """The curated strategies and guardrails of ``seeds/ontology.json``."""
+        return load_seed(self._seed, self.user_id, self.scope)[1]
+
+    def signature(self) -> type[dspy.Signature]:
+        """``WriteSparql``."""
+        return WriteSparql
+
+    def tools(self, session: ToolSession, settings: ExecutorSettings, mode: Mode
+              ) -> list[Callable[..., Any]]:
+        """``run_sparql`` (rows capped unless the tools are naive), plus the memory tools
+        in tools mode."""
+        return [session.bind(_sparql_tool(settings.tools == "naive")),
+                *memory_tools(session, settings, mode)]
+
+    def checks(self, task: SuiteTask, run: ExecutorRun) -> list[Check]:
+        """The query exists, parses and runs, returns rows, and shows no error-level
+        anti-pattern (checks that need the task's gold tags are left to grading)."""
+        query = run.answer.strip()
+        if "select" not in query.lower():
+            return [Check(name="has_query", passed=False, message="no SELECT query given")]
+        outcome = execute(query, timeout_s=10.0, max_rows=1_000)
+        checks = [Check(name="has_query", passed=True),
+                  Check(name="runs", passed=outcome.status == "ok",
+                        message=f"{outcome.status}: {outcome.error or ''}"[:200]
+                        if outcome.status != "ok" else "")]
+        if outcome.status == "ok":
+            checks.append(Check(name="returns_rows", passed=bool(outcome.rows),
+                                message="" if outcome.rows else "the query returned no rows"))
+        errors = [f for f in check_antipatterns(query, outcome=outcome)
+                  if f.severity == "error"]
+        checks.append(Check(name="no_anti_pattern", passed=not errors,
+                            message="; ".join(f"{f.name}: {f.message}" for f in errors)[:300]))
+        return checks
+
+    def grade(self, task: SuiteTask, run: ExecutorRun) -> Grade:
+        """Result-set match against the gold answer, with F1 and every anti-pattern."""
+        out = score(self._tasks[task.id], run.answer)
+        return Grade(success=out.success, score=out.f1, status=out.status,
+                     findings=out.finding_names)
+
+
