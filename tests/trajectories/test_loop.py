@@ -3,8 +3,6 @@ folding, usage and win counters, consolidation, a bounded bank with floors, tena
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,12 +16,9 @@ OTHER = "u2"
 
 
 @pytest.fixture
-def bank(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "m.db")
-    try:
-        yield s
-    finally:
-        s.close()
+def bank(file_store: Store) -> Store:
+    """The store the bank lives in (a real file, as a run's memory.db is)."""
+    return file_store
 
 
 def strat(title: str, text: str, *, description: str = "", polarity: str = "success",
