@@ -198,32 +198,38 @@ class Runner:
             injected_ids=injected, verdict=verdict,
             run_ids=[r.run_id for r, _, _ in attempts],
             error="; ".join(r.error for r, _, _ in attempts if r.error)[:1000] or None)
-        if cfg.learn and verdict is not None:
-            self._learn(store, task, attempts, selected, [*injected, *fetched], result)
+        if judged:
+            self._loop(store, task, attempts, selected, [*injected, *fetched], result)
+        if cfg.learn or "L2" in cfg.layers:
+            result.bank_active = len(active_strategies(store, suite.user_id))
         usage = handle.meter.since(mark)
         result.llm_calls = usage.calls
         result.prompt_tokens, result.completion_tokens = usage.input_tokens, usage.output_tokens
         result.wall_s = round(time.perf_counter() - started, 3)
         return result
 
-    def _learn(self, store: Store, task: SuiteTask,
-               attempts: list[tuple[ExecutorRun, list[Check], Verdict | None]],
-               selected: int, used: list[str], result: TaskResult) -> None:
-        """Extract from the judged attempts and write back; recorded as a ``loop`` run."""
+    def _loop(self, store: Store, task: SuiteTask,
+              attempts: list[tuple[ExecutorRun, list[Check], Verdict | None]],
+              selected: int, used: list[str], result: TaskResult) -> None:
+        """Record every rollout's verdict and, when the config learns, extract from the
+        judged attempts and write back; all of it one ``loop`` run of the trajectory."""
         cfg, user = self.config, self.suite.user_id
         verdict = attempts[selected][2]
         assert verdict is not None
-        digest = [Attempt(task=task.question, trajectory=render_trajectory(r.steps),
-                          answer=r.answer, verdict=v, run_id=r.run_id)
-                  for r, _, v in attempts if v is not None]
         with Recorder(store, user, f"loop.{cfg.experiment}", task=task.question,
-                      config={"extraction": cfg.extraction.model_dump(),
+                      config={"learn": cfg.learn, "extraction": cfg.extraction.model_dump(),
                               "consolidation": cfg.consolidation is not None,
                               "forgetting": cfg.forgetting is not None}) as rec:
+            result.run_ids.append(rec.run_id)
             for n, (_, checks, v) in enumerate(attempts):
                 rec.step("verdict", f"rollout.{n}", output=v.rationale if v else "",
-                         data={"verdict": v.model_dump() if v else None,
-                               "checks": [c.model_dump() for c in checks]})
+                         data={"verdict": v.model_dump() if v else None, "selected":
+                               n == selected, "checks": [c.model_dump() for c in checks]})
+            if not cfg.learn:
+                return
+            digest = [Attempt(task=task.question, trajectory=render_trajectory(r.steps),
+                              answer=r.answer, verdict=v, run_id=r.run_id)
+                      for r, _, v in attempts if v is not None]
             try:
                 extraction = cfg.extraction.extract(
                     user_id=user, attempts=digest, selected=selected, handle=self.handle,
@@ -247,5 +253,3 @@ class Runner:
             rec.step("bank", "learn", output=[d.action for d in update.decisions],
                      data=update.model_dump(mode="json"))
             rec.finish(output={"added": len(extraction.items), "retired": len(update.retired)})
-        result.run_ids.append(rec.run_id)
-        result.bank_active = len(active_strategies(store, user))

@@ -328,3 +328,26 @@ def test_locomo_suite_through_the_executor_with_memory_tools(tmp_path: Path) -> 
     assert summary.judge_agreement == 0.5
     with pytest.raises(ValueError, match="no conversation"):
         LocomoSuite(data, conversation="conv-zz")
+
+
+def test_extraction_parse_failure_is_loud_and_the_pass_goes_on(
+        tmp_path: Path, task_file: Path, three: list[Any]) -> None:
+    script = _scripted_loop(three)
+
+    def reply(system: str, user: str, schema: dict[str, Any] | None) -> Any:
+        if "lessons" in (schema or {}).get("properties", {}):
+            return "Lesson: declare prefixes"  # not JSON, twice: the retry fails too
+        return script(system, user, schema)
+
+    handle = wrap_lm(dspy.LM("local/scripted", engine=ScriptedEngine(reply), cache=False),
+                     "local/scripted")
+    out = tmp_path / "e9"
+    summary = Runner(load_config("E9"), OntologySuite(task_file), handle, out).run(
+        progress=False)
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert summary.tasks == 3 and summary.errors == 3
+    assert all("extraction: " in r["error"] and not r["extracted"] for r in results)
+    with Store.open(out / "memory.db") as store:
+        loops = [store.runs.get("experiment", r["run_ids"][-1]) for r in results]
+    assert all(run is not None and run.program == "loop.E9" and run.status == "error"
+               for run in loops)
