@@ -351,3 +351,30 @@ def test_extraction_parse_failure_is_loud_and_the_pass_goes_on(
         loops = [store.runs.get("experiment", r["run_ids"][-1]) for r in results]
     assert all(run is not None and run.program == "loop.E9" and run.status == "error"
                for run in loops)
+
+
+def test_tools_mode_and_naive_tools(tmp_path: Path, task_file: Path, three: list[Any]) -> None:
+    from memstrata.programs.executors import ExecutorSettings
+    from memstrata.tools import ToolSession
+
+    suite = OntologySuite(task_file)
+    with Store.open(tmp_path / "t.db") as store:
+        session = ToolSession(store, suite.user_id)
+        inject = [t.__name__ for t in suite.tools(session, ExecutorSettings(), "inject")]
+        tools = [t.__name__ for t in suite.tools(session, ExecutorSettings(), "tools")]
+        assert inject == ["run_sparql"]
+        assert tools[0] == "run_sparql" and {"mem_search", "mem_get"} <= set(tools)
+        query = ("PREFIX brick: <https://brickschema.org/schema/Brick#> "
+                 "SELECT ?c WHERE { ?c a brick:Relationship }")
+        bounded = suite.tools(session, ExecutorSettings(), "inject")[0](query)
+        naive = suite.tools(session, ExecutorSettings(tools="naive"), "inject")[0](query)
+        assert bounded["n_rows"] == naive["n_rows"] > 5
+        assert len(bounded["rows"]) == 5 and len(naive["rows"]) == naive["n_rows"]
+        assert [c.name for c in session.log.calls] == ["run_sparql", "run_sparql"]
+    handle = wrap_lm(dspy.LM("local/scripted", engine=ScriptedEngine(_scripted_loop(three)),
+                             cache=False), "local/scripted")
+    summary = Runner(load_config("E8"), suite, handle, tmp_path / "e8").run(progress=False)
+    results = [json.loads(line) for line in
+               (tmp_path / "e8" / "results.jsonl").read_text().splitlines()]
+    assert summary.budget_violations == 0
+    assert all(not r["injected_ids"] and r["layer_chars"]["L2"] > 0 for r in results)
