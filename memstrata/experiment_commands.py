@@ -33,8 +33,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     and summary.md under --out, and prints the summary's headline figures."""
     from memstrata.bench.experiments import Runner, load_config
 
+    overrides = list(args.set)
+    if args.suite == "locomo" and not any(o.startswith("executor.executor=") for o in overrides):
+        overrides.insert(0, "executor.executor=rlm")  # suite (b) is specified on the RLM
     try:
-        config = load_config(args.config or args.experiment, args.set)
+        config = load_config(args.config or args.experiment, overrides)
         suite = _suite(args)  # a malformed --task-file or --data fails here, named
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
@@ -85,7 +88,9 @@ def add_experiment_parser(sub: argparse._SubParsersAction) -> None:
         p = esub.add_parser(name, help=title(name), description=f"{title(name)}. "
                             + (cmd_experiment.__doc__ or ""))
         p.add_argument("--suite", choices=("ontology", "locomo"), default="ontology",
-                       help="(a) SPARQL over Brick (default) or (b) LoCoMo questions")
+                       help="(a) SPARQL over Brick (default; ReAct with a run_sparql tool) "
+                       "or (b) LoCoMo questions (the RLM with the memory tools, in the "
+                       "offline sandbox, unless --set executor.executor=react)")
         p.add_argument("--out", required=True, help="the run directory")
         p.add_argument("--tasks", type=int, help="run only the first N tasks of the order")
         p.add_argument("--task-file", help="ontology suite: a task file in the "
