@@ -378,3 +378,32 @@ def test_tools_mode_and_naive_tools(tmp_path: Path, task_file: Path, three: list
                (tmp_path / "e8" / "results.jsonl").read_text().splitlines()]
     assert summary.budget_violations == 0
     assert all(not r["injected_ids"] and r["layer_chars"]["L2"] > 0 for r in results)
+
+
+def test_locomo_suite_on_the_rlm_executor(tmp_path: Path) -> None:
+    from memstrata.bench.experiments import LocomoSuite
+
+    from tests.conftest import InProcessInterpreter, locomo_record
+
+    qa = [{"question": "What pet did Alice adopt?", "answer": "a guinea pig",
+           "evidence": ["D1:1"], "category": 4}]
+    data = tmp_path / "conv.json"
+    data.write_text(json.dumps([locomo_record("conv-a", qa=qa)]))
+
+    def reply(system: str, user: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+        props = (schema or {}).get("properties", {})
+        if "code" in props:
+            if "guinea" in user.split("Iteration")[-1] or "Oscar" in user:
+                return {"reasoning": "found", "code": "SUBMIT(answer='a guinea pig')"}
+            return {"reasoning": "look", "code":
+                    "print(mem_search('pet adopt')['results'][0]['description'])"}
+        return {"reasoning": "out of steps", "answer": "not mentioned"}
+
+    handle = wrap_lm(dspy.LM("local/scripted", engine=ScriptedEngine(reply), cache=False),
+                     "local/scripted")
+    config = load_config("E1", ["executor.executor=rlm"])
+    summary = Runner(config, LocomoSuite(data), handle, tmp_path / "run",
+                     factory=InProcessInterpreter).run(progress=False)
+    result = json.loads((tmp_path / "run" / "results.jsonl").read_text())
+    assert summary.success_rate == 1.0 and result["tool_calls"] >= 1
+    assert result["answer"] == "a guinea pig"
