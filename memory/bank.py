@@ -129,7 +129,9 @@ class ConsolidationPolicy(BaseModel):
     but not two strategies that only share a topic word); ``contradiction`` 85 on
     ``token_sort_ratio`` lets one added "never"/"avoid" through but not a longer
     complementary sentence; ``generic_ratio`` 85 catches punctuation and spelling
-    variants of a blocklisted phrase, not a longer specific sentence that contains it.
+    variants of a blocklisted phrase, not a longer specific sentence that contains it;
+    ``min_distinct`` 0.4 flags text of 8+ content words of which fewer than 40% are
+    distinct (a loop, not a lesson; ordinary advice is above 0.7).
     """
 
     fuzzy_merge: float = Field(default=90.0, ge=0, le=100)
@@ -138,6 +140,7 @@ class ConsolidationPolicy(BaseModel):
     generic_ratio: float = Field(default=85.0, ge=0, le=100)
     min_chars: int = Field(default=20, ge=0)
     min_content_words: int = Field(default=3, ge=0)
+    min_distinct: float = Field(default=0.4, ge=0, le=1)
     generic: list[str] = Field(default_factory=lambda: list(GENERIC_ADVICE))
 
     def decide(self, store: Store, user_id: str, candidate: StrategyItem) -> Decision:
@@ -232,8 +235,14 @@ class ConsolidationPolicy(BaseModel):
                 return "generic", f"generic advice ('{phrase}')", score
         if len(text) < self.min_chars:
             return "too_short", f"text shorter than {self.min_chars} characters", None
-        if len(textmod.tokens(text)) < self.min_content_words:
+        content = textmod.tokens(text)
+        if len(content) < self.min_content_words:
             return "no_content", f"fewer than {self.min_content_words} content words", None
+        # Degenerate loops ("1.1.1.1...", "the next thought is that the next thought...")
+        # are what small models emit when they have nothing to say.
+        distinct = len(set(content)) / len(content)
+        if len(content) >= 8 and distinct < self.min_distinct:
+            return "repetitive", f"only {distinct:.0%} of its words are distinct", None
         return None
 
     @staticmethod

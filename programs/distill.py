@@ -12,8 +12,10 @@ same and goes further in three ways:
   succeeded and some failed, ``ContrastRuns`` reads both sides and names what the
   successes did that the failures did not.
 - **No generic noise.** Every draft passes the bank's own noise rule
-  (``ConsolidationPolicy.noise``: too short, no content words, or near "be careful")
-  before it counts towards N; dropped drafts are reported with the reason.
+  (``ConsolidationPolicy.noise``: too short, no content words, a repetition loop, or
+  near "be careful"), must not merely restate the question, and must not repeat another
+  draft of the same run, before it counts towards N; dropped drafts are reported with
+  the reason.
 
 Polarity follows the judge's verdict (never gold): a successful attempt gives
 ``success`` items, a failed one ``failure`` guardrails.
@@ -29,6 +31,7 @@ from memstrata.memory.bank import ConsolidationPolicy, fold
 from memstrata.memory.models import StrategyItem
 from memstrata.packers.fit import flatten
 from pydantic import BaseModel, Field, StringConstraints
+from rapidfuzz import fuzz
 
 from .judging import Verdict
 from .lm import ModelHandle
@@ -105,10 +108,13 @@ class ExtractionPolicy(BaseModel):
         contrastive: with mixed outcomes across rollouts, contrast them (MaTTS v1);
             otherwise only the selected attempt is distilled (MaTTS v0).
         trajectory_chars: each attempt's trajectory is cut to this for the model.
+        restates_task: a draft whose text is this similar (rapidfuzz ``ratio``) to the
+            task's question restates it and is dropped; weak models do this often.
     """
 
     max_items: int = Field(3, ge=0, le=10)
     method: Literal["llm", "trace"] = "llm"
+    restates_task: float = Field(75.0, ge=0, le=100)
     contrastive: bool = False
     trajectory_chars: int = Field(2500, ge=200)
 
@@ -194,6 +200,8 @@ class ExtractionPolicy(BaseModel):
             why = noise.noise(item)
             if why is not None:
                 out.dropped.append(f"{item.title or item.text[:40]}: {why[1]}")
+            elif fuzz.ratio(fold(item.text), fold(source.task)) >= self.restates_task:
+                out.dropped.append(f"{item.title}: restates the task, teaches nothing")
             elif fold(item.text) in seen:  # one lesson said twice takes one slot
                 out.dropped.append(f"{item.title}: repeats another item of this run")
             elif len(out.items) < self.max_items:

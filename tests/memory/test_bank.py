@@ -272,3 +272,14 @@ def test_record_use_feeds_forgetting(store: Store) -> None:
     policy.record_use(store, U, [a], won=False)  # a now scores 1/3 < b's 1/2
     assert [r.item_id for r in policy.enforce(store, U)] == [a]
     assert [s.id for s in active_strategies(store, U)] == [b]
+
+
+@pytest.mark.parametrize("text", [
+    "1.1.1.1.1.1.1.1.1.1.1.1.1.1.1.1.1.1.1.1",
+    "the next thought is that the next thought is that the next thought is that the next"
+    " thought is that",
+])
+def test_repetition_loops_are_noise(store: Store, policy: ConsolidationPolicy,
+                                    text: str) -> None:
+    decision = policy.decide(store, "u", StrategyItem(user_id="u", text=text))
+    assert decision.action == "discard" and decision.rule == "repetitive"

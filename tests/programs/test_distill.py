@@ -226,3 +226,12 @@ def test_one_lesson_said_twice_takes_one_slot(scripted: Any) -> None:
     out = ExtractionPolicy().extract(user_id=U, attempts=[attempt(WIN)],
                                      handle=scripted(reply))
     assert len(out.items) == 1 and "repeats another item" in out.dropped[0]
+
+
+def test_a_draft_that_restates_the_question_is_dropped(scripted: Any) -> None:
+    echo = lesson("The task", f"The task is: {TASK}")
+    reply, _ = _model(lessons=[echo, GOOD[0]])
+    out = ExtractionPolicy().extract(user_id=U, attempts=[attempt(LOSS)],
+                                     handle=scripted(reply))
+    assert [i.title for i in out.items] == [GOOD[0]["title"]]
+    assert "restates the task" in out.dropped[0]
