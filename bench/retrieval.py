@@ -25,8 +25,10 @@ from .metrics import percentiles, recall_at_k
 KS = (5, 10, 25)
 CATEGORIES = (1, 2, 3, 4)
 SYSTEMS = ("memstrata", "bm25_whitespace", "bm25_tokens", "dense")
+# Cosine alone: every lexical channel (feedback and expansion ride on lexical), prior and
+# expansion over the graph or the session is off.
 DENSE_ONLY = SearchWeights(lexical=0, speaker_channels=0, tags=0, speaker_boost=0, time_boost=0,
-                           graph=0)
+                           graph=0, session=0)
 
 Ranker = Callable[[Question], list[str]]
 

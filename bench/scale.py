@@ -502,6 +502,10 @@ def run_scale_bench(
             "and timed separately.",
             "Latency is wall time of Retriever(store, embedder=None).search(user, q, k=10) "
             "per query, after one warm-up query, single-threaded, SQLite file in WAL mode.",
+            "From 20,000 indexed rows, query terms in more than 2% of the rows, or past "
+            "20,000 matched rows counting the rarest terms first, only add their bm25 to "
+            "rows that hold a rarer query term (SearchWeights.common_share / common_budget; "
+            "see Store.lexical); pseudo-relevance feedback terms are treated the same way.",
             "rank_bm25 is rank-bm25 BM25Okapi over the same main-tenant texts (text plus "
             "tags) with memstrata's tokenizer; its ingest_per_s is documents indexed per "
             "second (tokenizing included). Above bm25_sample items it indexes a random "

@@ -11,6 +11,9 @@ import json
 import sys
 from pathlib import Path
 
+THREADS_HELP = ("CPU threads of a local model (default: all cores; fewer decode faster when "
+                "other work shares the machine)")
+
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """``--lm``, ``--api-base``, ``--n-ctx``, ``--max-tokens``: what ``model_from_args`` reads."""
@@ -22,8 +25,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="context window of a local model in tokens (default 8192)")
     p.add_argument("--max-tokens", type=int, default=512,
                    help="longest output per LLM call (default 512: room for a code step)")
-    p.add_argument("--threads", type=int, help="CPU threads of a local model (default: all "
-                   "cores; fewer decode faster when other work shares the machine)")
+    p.add_argument("--threads", type=int, help=THREADS_HELP)
 
 
 def model_from_args(args: argparse.Namespace):

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from memstrata.agent_commands import (
+    THREADS_HELP,
     add_model_args,
     caps_from_json,
     cmd_rlm,
@@ -439,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "which read best from a few lines; 600 for others)")
     p.add_argument("--n-ctx", type=int, default=8192,
                    help="context window of a local model in tokens (default 8192)")
+    p.add_argument("--threads", type=int, help=THREADS_HELP)
     p.add_argument("--out", default="out", help="output folder and answer cache (default ./out)")
     p.add_argument("--no-dense", action="store_true", help="memstrata without embeddings")
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
