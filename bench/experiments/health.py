@@ -8,14 +8,13 @@ succeeded more often later in the pass than earlier).
 
 Definitions, over the ``extracted`` actions of every task (``n`` of them):
 
-- ``duplicate_rate`` = (``merge`` + ``duplicate``) / n: proposals the bank already held.
+- ``duplicate_rate`` = ``merge`` / n: proposals the bank already held.
 - ``novelty_rate`` = ``add`` / n: proposals stored as new rows. A ``supersede`` also
   stores a new row, but it replaces advice the bank held, so it gets its own rate
   (``supersede_rate``) rather than counting as novel.
 - ``discard_rate`` = ``discard`` / n: generic noise or stale proposals.
 
-The four rates need not sum to 1 when an unknown action name shows up; they are
-reported as measured rather than renormalised, so such a bug stays visible.
+Actions are the bank's four (``BankAction.action`` is typed), so the rates sum to 1.
 """
 
 from __future__ import annotations
@@ -132,7 +131,7 @@ def memory_health(store: Store, user_id: str, results: Sequence[TaskResult]) -> 
         total=count_strategies(store, user_id),
         by_polarity={p: polarity.get(p, 0) for p in POLARITIES},
         extracted=extracted,
-        duplicate_rate=_share(actions["merge"] + actions["duplicate"], extracted),
+        duplicate_rate=_share(actions["merge"], extracted),
         novelty_rate=_share(actions["add"], extracted),
         discard_rate=_share(actions["discard"], extracted),
         supersede_rate=_share(actions["supersede"], extracted),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from memstrata.memory.bank import Action
 from memstrata.programs.judging import Verdict
 from pydantic import BaseModel, Field, ValidationError
 
@@ -23,7 +24,8 @@ class BankAction(BaseModel):
 
     title: str
     polarity: str
-    action: str = Field(description="add, merge, supersede, discard, or duplicate")
+    action: Action = Field(description="the consolidation decision (append-only: add, or "
+                           "merge for an exact duplicate)")
     rule: str = ""
     item_id: str | None = None
     target_id: str | None = None

@@ -46,7 +46,7 @@ def store(tmp_path: Path) -> Store:
 
 RESULTS = [
     result(0, success=True, actions=("add", "add")),   # shown nothing: not in the drift
-    result(1, success=False, injected=True, actions=("merge", "duplicate", "discard")),
+    result(1, success=False, injected=True, actions=("merge", "merge", "discard")),
     result(2, success=True, injected=True, actions=("supersede", "add"), retired=("x",)),
     result(3, success=True, injected=True, retired=("x", "y")),
     result(4, success=False, injected=True),
@@ -58,7 +58,7 @@ def test_memory_health_figures(store: Store) -> None:
     h = memory_health(store, "u", RESULTS)
     assert (h.active, h.total) == (3, 4)
     assert h.by_polarity == {"success": 2, "failure": 1}
-    # 7 actions: add 3, merge 1, duplicate 1, discard 1, supersede 1.
+    # 7 actions: add 3, merge 2, discard 1, supersede 1.
     assert h.extracted == 7
     assert h.duplicate_rate == round(2 / 7, 4) == 0.2857
     assert h.novelty_rate == round(3 / 7, 4) == 0.4286
