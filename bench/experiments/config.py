@@ -12,6 +12,12 @@ artefact summary; E5 L2 seeded strategies (no learning); E6 all four; E7 E6 with
 tools (leakage ablation); E8 E6 in tools mode (retrieval by the agent); E9 the closed
 loop, append-only; E10 + consolidation; E11 + forgetting; E12 + MaTTS rollouts with
 contrastive extraction.
+
+The configs run ``dspy.ReAct`` with at most 3 iterations: suite (a) is a write, run and
+fix loop over one ``run_sparql`` tool, which needs no code sandbox; the seed validated
+the RLM on query construction already and asks to hold the executor fixed. Suite (b)
+runs on the RLM, as issue 7 specifies (``memstrata experiment ... --suite locomo`` sets
+``executor.executor=rlm`` unless told otherwise).
 """
 
 from __future__ import annotations
