@@ -131,6 +131,7 @@ def memory_health(store: Store, user_id: str, results: Sequence[TaskResult]) -> 
         total=count_strategies(store, user_id),
         by_polarity={p: polarity.get(p, 0) for p in POLARITIES},
         extracted=extracted,
+        dropped=sum(len(r.dropped) for r in results),
         duplicate_rate=_share(actions["merge"], extracted),
         novelty_rate=_share(actions["add"], extracted),
         discard_rate=_share(actions["discard"], extracted),

@@ -61,6 +61,8 @@ class TaskResult(BaseModel):
     injected_ids: list[str] = Field(default_factory=list, description="L2 strategies shown")
     verdict: VerdictRecord | None = None
     extracted: list[BankAction] = Field(default_factory=list)
+    dropped: list[str] = Field(default_factory=list,
+                               description="drafts the extraction policy dropped, and why")
     retired: list[str] = Field(default_factory=list)
     bank_active: int = Field(0, description="active strategies after this task")
     run_ids: list[str] = Field(default_factory=list, description="trajectory ids")
@@ -74,6 +76,7 @@ class MemoryHealth(BaseModel):
     total: int = Field(0, description="every strategy row, retired ones included")
     by_polarity: dict[str, int] = Field(default_factory=dict, description="active rows")
     extracted: int = 0
+    dropped: int = Field(0, description="drafts dropped as noise before consolidation")
     duplicate_rate: float = Field(0.0, description="extracted items merged or exact dups")
     novelty_rate: float = Field(0.0, description="extracted items added as new")
     discard_rate: float = 0.0

@@ -144,6 +144,7 @@ def _health_lines(health: MemoryHealth | None) -> list[str]:
     return table(["figure", "value"], [
         ("active strategies", health.active), ("rows (retired included)", health.total),
         ("active by polarity", _pairs(health.by_polarity)), ("extracted", health.extracted),
+        ("drafts dropped as noise", health.dropped),
         ("duplicate rate", health.duplicate_rate), ("novelty rate", health.novelty_rate),
         ("supersede rate", health.supersede_rate), ("discard rate", health.discard_rate),
         ("retired", health.retired),

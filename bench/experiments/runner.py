@@ -239,6 +239,7 @@ class Runner:
                 result.error = f"{result.error + '; ' if result.error else ''}extraction: {exc}"
                 rec.fail(exc)
                 return
+            result.dropped = extraction.dropped[:20]
             rec.step("extraction", cfg.extraction.method,
                      output=[i.title for i in extraction.items],
                      data={"items": [i.model_dump(mode="json") for i in extraction.items],

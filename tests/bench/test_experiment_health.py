@@ -102,3 +102,9 @@ def test_usage_median_of_even_count() -> None:
     items = [StrategyItem(user_id="u", text=str(n), uses=n) for n in (1, 2, 4, 10)]
     assert usage_distribution(items) == {"min": 1.0, "median": 3.0, "max": 10.0,
                                          "unused": 0.0}
+
+
+def test_drafts_dropped_before_consolidation_are_counted(store: Store) -> None:
+    results = [result(0).model_copy(update={"dropped": ["a: too short", "b: repetitive"]}),
+               result(1).model_copy(update={"dropped": ["c: restates the task"]}), result(2)]
+    assert memory_health(store, "u", results).dropped == 3
