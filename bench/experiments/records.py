@@ -15,9 +15,6 @@ from memstrata.memory.bank import Action
 from memstrata.programs.judging import Verdict
 from pydantic import BaseModel, Field, ValidationError
 
-VerdictRecord = Verdict
-"""The judging policy's verdict, as a task result records it."""
-
 
 class BankAction(BaseModel):
     """One extracted strategy and what consolidation did with it."""
@@ -59,7 +56,7 @@ class TaskResult(BaseModel):
     stdout_chars: int = 0
     large_returns: int = 0
     injected_ids: list[str] = Field(default_factory=list, description="L2 strategies shown")
-    verdict: VerdictRecord | None = None
+    verdict: Verdict | None = Field(None, description="the judging policy's verdict")
     extracted: list[BankAction] = Field(default_factory=list)
     dropped: list[str] = Field(default_factory=list,
                                description="drafts the extraction policy dropped, and why")

@@ -10,7 +10,6 @@ from memstrata.bench.experiments.records import (
     MemoryHealth,
     RunSummary,
     TaskResult,
-    VerdictRecord,
 )
 from memstrata.bench.experiments.report import (
     cell,
@@ -19,6 +18,7 @@ from memstrata.bench.experiments.report import (
     summarise,
     write_summary,
 )
+from memstrata.programs.judging import Verdict
 
 INTERFACE = ["experiment", "tasks", "success_rate", "steps_per_task", "llm_calls",
              "budget_violations"]
@@ -28,9 +28,9 @@ CONFIG: dict[str, Any] = {"experiment": "E9", "layers": ["L0", "L1", "L2"], "mod
                           "executor": "rlm", "policies": {"extraction": {"max_items": 3}}}
 
 
-def verdict(success: bool) -> VerdictRecord:
+def verdict(success: bool) -> Verdict:
     """A judge verdict saying ``success``."""
-    return VerdictRecord(success=success, confidence=0.9, source="llm")
+    return Verdict(success=success, confidence=0.9, source="llm")
 
 
 def make(index: int, **fields: Any) -> TaskResult:

@@ -78,7 +78,7 @@ def test_llm_judge_decides_after_passing_checks(scripted: Any, success: bool) ->
     assert seen == [{"task": TASK, "trajectory": TRAJECTORY, "output": OUTPUT}]
 
 
-def test_judge_sees_a_cut_trajectory_and_placeholders_for_empty_fields(scripted: Any) -> None:
+def test_judge_sees_a_cut_trajectory_and_stand_ins_for_empty_fields(scripted: Any) -> None:
     reply, seen = _judge(True, "fine")
     handle = scripted(reply)
     policy = JudgingPolicy(trajectory_chars=200)
