@@ -49,7 +49,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -57,6 +57,7 @@ from pydantic import BaseModel, Field
 from rapidfuzz import fuzz
 
 from . import text as textmod
+from .embed import Embedder
 from .models import StrategyItem, utcnow
 from .store import Store
 from .supersede import supersede
@@ -95,6 +96,41 @@ def active_strategies(store: Store, user_id: str, page: int = 500) -> list[Strat
             break
         offset += page
     return sorted(found, key=lambda s: (_when(s), s.id))
+
+
+def embedding_text(item: StrategyItem) -> str:
+    """What a strategy is embedded as: title, description (when it applies), then text.
+
+    The dense channel compares it with a task's question, and the description is the
+    part written to match one ("when a question names a Brick class").
+    """
+    return "\n".join(p for p in (item.title, item.description, item.text) if p.strip())
+
+
+def embed_strategies(store: Store, user_id: str, embedder: Embedder,
+                     ids: Sequence[str] | None = None) -> int:
+    """Store vectors under ``embedder.name`` for strategies, so dense retrieval sees them.
+
+    Args:
+        ids: the strategies just written (ids of other kinds or tenants are skipped);
+            None: every active strategy of the tenant that has no vector for this model
+            yet (a bank seeded or grown before an embedder was in use, or an item whose
+            text was rewritten, which drops its vector).
+
+    Returns:
+        How many strategies were embedded.
+    """
+    if ids is None:
+        have = set(store.vectors(user_id, embedder.name)[0])
+        todo = [s for s in active_strategies(store, user_id) if s.id not in have]
+    else:
+        todo = [s for s in store.get_many(user_id, list(dict.fromkeys(ids)))
+                if isinstance(s, StrategyItem)]
+    if todo:
+        store.set_embeddings(user_id, [s.id for s in todo],
+                             embedder.encode([embedding_text(s) for s in todo]),
+                             embedder.name)
+    return len(todo)
 
 
 def _when(item: StrategyItem) -> datetime:

@@ -133,6 +133,11 @@ class Retriever:
         """The ``k`` best turns and items of one tenant for ``query``."""
         if k <= 0:
             return []
+        with self.store.reading():
+            return self._search(user_id, query, k, filters, nodes, now)
+
+    def _search(self, user_id: str, query: str, k: int, filters: Filters | None,
+                nodes: Sequence[str], now: datetime | None) -> list[Hit]:
         w = self.weights
         filters = filters or Filters()
         qa = self.analyse(user_id, query, now)

@@ -219,6 +219,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         UPDATE items_fts SET body = {_PREFIXED.format(column="body")}, tenant = ''
         """,
     ),
+    (
+        7,
+        "fts instance vocabularies",
+        # Each term's rows and columns straight from the posting lists: bm25 from them and
+        # cached row lengths skips FTS5's per-row length lookup (postings.py).
+        """
+        CREATE VIRTUAL TABLE turns_instances USING fts5vocab(turns_fts, 'instance');
+        CREATE VIRTUAL TABLE items_instances USING fts5vocab(items_fts, 'instance')
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -97,7 +97,9 @@ class ContextBuilder:
     """Builds one tenant's runtime context for a task, layer by layer, within budgets.
 
     ``retriever`` ranks strategies for L2 by relevance to the task; without one, a
-    lexical :class:`Retriever` over the same store is used (no embedder needed).
+    lexical :class:`Retriever` over the same store is used (no embedder needed). Pass
+    ``Retriever(store, embedder)`` to add the dense channel: it sees the strategies whose
+    vectors are stored under that embedder's name (``memory.bank.embed_strategies``).
     """
 
     def __init__(self, store: Store, user_id: str, retriever: Retriever | None = None) -> None:
@@ -111,13 +113,16 @@ class ContextBuilder:
 
         Scope is a tag (an ontology id such as "brick", or a memory scope name): when set,
         only strategies carrying it qualify, so one ontology's lessons do not leak into
-        another's runs.
+        another's runs. Retired strategies (``valid_to`` set by a supersede or by the
+        forgetting policy) never qualify.
         """
         hits = self.retriever.search(self.user_id, task, k=STRATEGY_POOL,
                                      filters=Filters(kinds=["strategy"]), nodes=("item",))
         relevance = {h.id: h.score for h in hits}
         items = self.store.get_many(self.user_id, [h.id for h in hits])
-        found = [i for i in items if isinstance(i, StrategyItem)
+        # Retrieval indexes rows whatever their validity; a strategy the bank superseded
+        # or forgot must not come back through L2, or E10/E11 would change nothing shown.
+        found = [i for i in items if isinstance(i, StrategyItem) and i.valid_to is None
                  and (scope is None or scope in i.tags)]
         return found, relevance
 

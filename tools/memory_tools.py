@@ -68,12 +68,20 @@ def mem_search(b: Binding, query: str, k: int | None = None, kind: str | None = 
     kinds = ["strategy"] if polarity else ([kind] if kind else None)
     nodes = ("turn",) if kind == "turn" else ("item",) if kinds else ("turn", "item")
     filters = Filters(kinds=kinds, speaker=speaker)
-    hits = _retriever(b).search(b.user_id, query, k=k * _OVERFETCH if polarity else k,
+    # Strategies may be retired (superseded or forgotten by the bank's policies) and are
+    # then dropped below, so a search that can return them asks for more.
+    wide = polarity or kind in (None, "strategy")
+    hits = _retriever(b).search(b.user_id, query, k=k * _OVERFETCH if wide else k,
                                 filters=filters, nodes=nodes)
     items = {i.id: i for i in b.store.get_many(b.user_id, [h.id for h in hits
                                                            if h.node == "item"])}
+    # A retired strategy must not come back through the tools either (as in L2's packer);
+    # other kinds keep their history (a superseded fact still answers "before ...?").
+    hits = [h for h in hits if not (h.kind == "strategy" and getattr(
+        items.get(h.id), "valid_to", None) is not None)]
     if polarity:
-        hits = [h for h in hits if getattr(items.get(h.id), "polarity", None) == polarity][:k]
+        hits = [h for h in hits if getattr(items.get(h.id), "polarity", None) == polarity]
+    hits = hits[:k]
     titles = {i: item.title for i, item in items.items() if item.title}
     results = []
     for h in hits:

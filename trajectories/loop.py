@@ -6,7 +6,8 @@ candidates, either append-only (E9: only exact duplicates are folded, so the ban
 growth is what the experiment measures) or through ``ConsolidationPolicy`` (E10:
 merge / supersede / discard / add, each decision logged); (3) with a
 ``ForgettingPolicy`` (E11), retires the lowest-value strategies down to the bound,
-keeping both polarities' floors.
+keeping both polarities' floors. Given an embedder, the strategies it stores get their
+vectors in the same step, so the dense channel of the next task's retrieval sees them.
 
 The judging and extraction themselves are programs (``programs.judging``,
 ``programs.distill``); this module only writes memory, so it imports no DSPy.
@@ -16,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memstrata.memory.bank import ConsolidationPolicy, Decision
+from memstrata.memory.bank import ConsolidationPolicy, Decision, embed_strategies
 from memstrata.memory.bank_forget import ForgettingPolicy, Retirement
+from memstrata.memory.embed import Embedder
 from memstrata.memory.models import StrategyItem
 from memstrata.memory.store import Store
 from pydantic import BaseModel, Field
@@ -57,7 +59,8 @@ def append(store: Store, user_id: str, candidate: StrategyItem) -> Decision:
 def learn(store: Store, user_id: str, *, used: Sequence[str], won: bool,
           candidates: Sequence[StrategyItem],
           consolidation: ConsolidationPolicy | None = None,
-          forgetting: ForgettingPolicy | None = None) -> LoopUpdate:
+          forgetting: ForgettingPolicy | None = None,
+          embedder: Embedder | None = None) -> LoopUpdate:
     """One task's write-back: usage counters, new candidates, then the bound.
 
     Args:
@@ -66,6 +69,8 @@ def learn(store: Store, user_id: str, *, used: Sequence[str], won: bool,
         candidates: the extraction policy's items, not yet stored.
         consolidation: decide merge/supersede/discard/add per candidate; None appends.
         forgetting: bound the active bank after storing; None lets it grow.
+        embedder: embeds the strategies stored as new rows (a merge keeps the stored
+            row's text, hence its vector); None stores no vectors.
     """
     counter = forgetting or ForgettingPolicy()  # usage counters are kept in every mode
     shown = [i for i in dict.fromkeys(used)
@@ -74,5 +79,8 @@ def learn(store: Store, user_id: str, *, used: Sequence[str], won: bool,
         counter.record_use(store, user_id, shown, won)
     decisions = [consolidation.consolidate(store, user_id, c) if consolidation is not None
                  else append(store, user_id, c) for c in candidates]
+    if embedder is not None:
+        embed_strategies(store, user_id, embedder, [
+            d.item_id for d in decisions if d.action in ("add", "supersede") and d.item_id])
     retired = forgetting.enforce(store, user_id) if forgetting is not None else []
     return LoopUpdate(used=shown, won=won, decisions=decisions, retired=retired)

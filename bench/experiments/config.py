@@ -43,9 +43,16 @@ class RetrievalPolicy(BaseModel):
     """Which strategies L2 draws from. How many per polarity (the success/failure mix)
     is ``budgets.k_success``/``k_failure``, beside the layer's character budget; here is
     the scope: ``scoped`` keeps only strategies tagged with the suite's scope, so one
-    ontology's lessons never reach another's tasks."""
+    ontology's lessons never reach another's tasks; and the ranking: ``dense`` adds the
+    embedder's cosine channel to the lexical one, with every strategy embedded when it
+    is seeded or learned.
+
+    ``dense`` is off by default so that E1-E12 keep the lexical L2 their earlier runs
+    used (a paraphrase with no shared word is then never retrieved); the embedder it
+    loads is the offline static default, so turning it on costs little."""
 
     scoped: bool = True
+    dense: bool = Field(False, description="rank L2 strategies lexical + dense (embedder)")
 
 
 class ExperimentConfig(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,7 +16,14 @@ from memstrata.programs.judging import Check
 from memstrata.tools import Binding, ToolSession
 from pydantic import StringConstraints
 
-from ..ontology import OntologyTask, check_antipatterns, execute, load_tasks, score
+from ..ontology import (
+    OntologyTask,
+    QueryOutcome,
+    check_antipatterns,
+    execute,
+    load_tasks,
+    score,
+)
 from ..ontology.antipatterns import ADVICE
 from ..ontology.card import sense_card
 from ..ontology.guide import ontology_guide
@@ -44,6 +52,25 @@ class WriteSparql(dspy.Signature):
 
 ROWS_SHOWN = 5  # rows run_sparql shows; the handle-style result is bounded
 CELL_CHARS = 80
+QUERY_TIMEOUT_S = 10.0
+CHECK_ROWS = 1_000  # rows the checks look at (returns rows? duplicates? too large?)
+GRADE_ROWS = 10_000  # rows grading compares with gold (``score``'s own default)
+# Final queries remembered per suite: the runner checks up to 8 rollouts of one task and
+# then grades the selected one, so this covers a task with room to spare; an evicted
+# query is simply run again.
+OUTCOMES_KEPT = 16
+
+
+def _capped(outcome: QueryOutcome, max_rows: int) -> QueryOutcome:
+    """``outcome`` as ``execute`` would have returned it with the smaller ``max_rows``.
+
+    ``execute`` keeps rows in solution order and marks ``truncated`` when a row beyond the
+    cap exists, so the first ``max_rows`` rows and "more rows existed" are exactly what a
+    separate capped run gives.
+    """
+    if len(outcome.rows) <= max_rows:
+        return outcome
+    return outcome.model_copy(update={"rows": outcome.rows[:max_rows], "truncated": True})
 
 
 def _sparql_tool(naive: bool) -> Callable[..., dict[str, Any]]:
@@ -77,6 +104,25 @@ class OntologySuite(Suite):
     def __init__(self, task_file: Path | None = None) -> None:
         self._tasks = {t.id: t for t in load_tasks(task_file)}
         self._seed = SEEDS_DIR / "ontology.json"
+        self._outcomes: OrderedDict[str, QueryOutcome] = OrderedDict()
+
+    def _outcome(self, query: str) -> QueryOutcome:
+        """The final query's result at ``GRADE_ROWS``, run once for checks and grade.
+
+        The runner checks every rollout and then grades the selected one with the same
+        query text; each run forks a process, so the result is remembered (the graph is
+        read-only, so a query's result never changes). Keyed by the stripped text:
+        surrounding whitespace changes no SPARQL result.
+        """
+        key = query.strip()
+        if key in self._outcomes:
+            self._outcomes.move_to_end(key)
+            return self._outcomes[key]
+        outcome = execute(key, timeout_s=QUERY_TIMEOUT_S, max_rows=GRADE_ROWS)
+        self._outcomes[key] = outcome
+        if len(self._outcomes) > OUTCOMES_KEPT:
+            self._outcomes.popitem(last=False)
+        return outcome
 
     def tasks(self) -> list[SuiteTask]:
         """Every task of the file, in file order."""
@@ -115,7 +161,7 @@ class OntologySuite(Suite):
         query = run.answer.strip()
         if "select" not in query.lower():
             return [Check(name="has_query", passed=False, message="no SELECT query given")]
-        outcome = execute(query, timeout_s=10.0, max_rows=1_000)
+        outcome = _capped(self._outcome(query), CHECK_ROWS)
         checks = [Check(name="has_query", passed=True),
                   Check(name="runs", passed=outcome.status == "ok",
                         message=f"{outcome.status}: {outcome.error or ''}"[:200]
@@ -131,7 +177,7 @@ class OntologySuite(Suite):
 
     def grade(self, task: SuiteTask, run: ExecutorRun) -> Grade:
         """Result-set match against the gold answer, with F1 and every anti-pattern."""
-        out = score(self._tasks[task.id], run.answer)
+        out = score(self._tasks[task.id], run.answer, outcome=self._outcome(run.answer))
         return Grade(success=out.success, score=out.f1, status=out.status,
                      findings=out.finding_names)
 

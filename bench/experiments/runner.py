@@ -4,9 +4,11 @@ For each task, in order: build the layered context (``ContextBuilder``, budgets 
 on every build), run the agent once per rollout, run the suite's deterministic checks,
 judge when the config learns or has several rollouts, keep the best rollout by the
 judge, grade it against gold (reported only), and, when learning, extract candidates and
-write them back through the closed loop (``trajectories.loop.learn``). Each task's
-result is appended to ``results.jsonl`` as soon as it is known, so an interrupted run
-loses at most the task in flight and ``resume=True`` picks up after the last one.
+write them back through the closed loop (``trajectories.loop.learn``). With
+``retrieval.dense`` on, L2 ranks strategies lexical + dense, and every strategy seeded
+or learned is embedded as it is written. Each task's result is appended to
+``results.jsonl`` as soon as it is known, so an interrupted run loses at most the task
+in flight and ``resume=True`` picks up after the last one.
 
 A run directory holds ``config.json``, ``run.json`` (commit, code version, model,
 suite, task order, the database state before and after), ``results.jsonl``,
@@ -25,7 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memstrata.memory.bank import active_strategies
+from memstrata.memory.bank import active_strategies, embed_strategies
+from memstrata.memory.embed import Embedder, default_embedder
+from memstrata.memory.retrieval import Retriever
 from memstrata.memory.store import Store
 from memstrata.packers.context import ContextBuilder
 from memstrata.programs.distill import Attempt
@@ -36,6 +40,7 @@ from memstrata.programs.lm import ModelHandle
 from memstrata.tools import ToolSession
 from memstrata.trajectories import Recorder, code_version, export_jsonl, git_commit
 from memstrata.trajectories.loop import learn
+from pydantic import ValidationError
 from tqdm import tqdm
 
 from .config import ExperimentConfig
@@ -78,6 +83,13 @@ def _prepare_dir(out: Path, config: ExperimentConfig, resume: bool) -> list[Task
         raise ValueError(f"{out} already holds a run ({RESULTS}); pass --resume to continue "
                          "it or choose another --out")
     saved = json.loads(config_path.read_text()) if config_path.exists() else None
+    if saved is not None:
+        # Through the model: a field added since the run began reads as its default.
+        try:
+            saved = ExperimentConfig.model_validate(saved).model_dump(mode="json")
+        except ValidationError as exc:
+            raise ValueError(f"{out}: the saved config.json is not a valid experiment "
+                             f"config: {exc.errors()[0]['msg']}") from exc
     if saved != config.model_dump(mode="json"):
         raise ValueError(f"{out}: the saved config.json differs from this config; "
                          "a run can only be resumed with the config it started with")
@@ -96,12 +108,16 @@ class Runner:
         handle: the model the agent, the judge and the extractor use.
         out: the run directory.
         factory: an interpreter factory for the RLM/scratchpad executors (tests).
+        embedder: the dense channel's encoder when ``config.retrieval.dense`` is on
+            (default: the embedded static MiniLM, loaded offline); unused when it is off.
     """
 
     def __init__(self, config: ExperimentConfig, suite: Suite, handle: ModelHandle,
-                 out: Path, factory: Callable[[], Any] | None = None) -> None:
+                 out: Path, factory: Callable[[], Any] | None = None,
+                 embedder: Embedder | None = None) -> None:
         self.config, self.suite, self.handle, self.out = config, suite, handle, out
         self.factory = factory
+        self.embedder = (embedder or default_embedder()) if config.retrieval.dense else None
 
     def run(self, *, limit: int | None = None, resume: bool = False,
             progress: bool = True) -> RunSummary:
@@ -124,7 +140,11 @@ class Runner:
             (self.out / "config.json").write_text(
                 json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
             sources = suite.sources()
-            builder = ContextBuilder(store, user)
+            if self.embedder is not None:
+                # The seed pack, and on resume a bank grown before dense was on: every
+                # active strategy needs a vector before the first L2 build ranks them.
+                embed_strategies(store, user, self.embedder)
+            builder = ContextBuilder(store, user, Retriever(store, self.embedder))
             results = list(done)
             finished = {r.task_id for r in done}
             todo = [(i, t) for i, t in enumerate(tasks) if t.id not in finished]
@@ -246,7 +266,7 @@ class Runner:
                            "dropped": extraction.dropped})
             update = learn(store, user, used=used, won=verdict.success,
                            candidates=extraction.items, consolidation=cfg.consolidation,
-                           forgetting=cfg.forgetting)
+                           forgetting=cfg.forgetting, embedder=self.embedder)
             result.extracted = [BankAction(title=d.candidate.title, polarity=d.candidate.polarity,
                                            action=d.action, rule=d.rule, item_id=d.item_id,
                                            target_id=d.target_id) for d in update.decisions]

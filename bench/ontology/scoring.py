@@ -100,6 +100,7 @@ def score(
     *,
     timeout_s: float = 10.0,
     max_rows: int = 10_000,
+    outcome: QueryOutcome | None = None,
 ) -> TaskScore:
     """Run `query` for `task` in an isolated, time-limited process and judge it.
 
@@ -107,13 +108,23 @@ def score(
     queries come back as `status` with `success=False`; anti-pattern checks run in every
     case (those that need the result only when there is one).
 
+    Args:
+        task: the task, with its expected answer and tags.
+        query: the candidate SPARQL text.
+        timeout_s: wall-clock limit of the run.
+        max_rows: rows kept; a truncated result never succeeds.
+        outcome: `execute(query, timeout_s=..., max_rows=...)` already run by the caller
+            (who also needed the rows), so the query is not run a second time; when given,
+            `timeout_s` and `max_rows` are not used.
+
     Example:
         >>> from memstrata.bench.ontology import load_tasks
         >>> task = load_tasks()[0]
         >>> score(task, task.gold_sparql).success
         True
     """
-    outcome = execute(query, timeout_s=timeout_s, max_rows=max_rows, isolate=True)
+    if outcome is None:
+        outcome = execute(query, timeout_s=timeout_s, max_rows=max_rows, isolate=True)
     success, p, r, f = compare(task, outcome)
     findings = check_antipatterns(query, tags=set(task.tags), outcome=outcome)
     return TaskScore(

@@ -24,7 +24,7 @@ from memstrata.memory.bank import active_strategies
 from memstrata.programs import wrap_lm
 
 from memstrata.cli import main
-from tests.conftest import ScriptedEngine
+from tests.conftest import FakeEmbedder, ScriptedEngine
 
 FILES = {"config.json", "run.json", "results.jsonl", "trajectories.jsonl", "memory.db",
          "summary.json", "summary.md"}
@@ -155,6 +155,41 @@ def test_closed_loop_writes_back_and_injects_learned_strategies(
     assert summary.health is not None and summary.health.novelty_rate == 1.0
 
 
+def test_dense_switch_embeds_the_bank_and_is_off_by_default(
+        tmp_path: Path, task_file: Path, three: list[Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstrata.bench.experiments import runner as runner_mod
+
+    def no_model() -> Any:
+        raise AssertionError("the embedded model must not load here")
+
+    monkeypatch.setattr(runner_mod, "default_embedder", no_model)
+    handle = wrap_lm(dspy.LM("local/scripted", engine=ScriptedEngine(_scripted_loop(three)),
+                             cache=False), "local/scripted")
+    assert not load_config("E9").retrieval.dense  # today's lexical L2 stays the default
+    assert Runner(load_config("E9"), OntologySuite(task_file), handle, tmp_path / "a"
+                  ).embedder is None
+    config = load_config("E5", ["retrieval.dense=true", "learn=true"])
+    embedder = FakeEmbedder()
+    out = tmp_path / "dense"
+    summary = Runner(config, OntologySuite(task_file), handle, out, embedder=embedder).run(
+        progress=False)
+    assert summary.success_rate == 1.0 and summary.budget_violations == 0
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert all(r["injected_ids"] for r in results)  # the dense hybrid still fills L2
+    with Store.open(out / "memory.db") as store:
+        bank = active_strategies(store, "experiment")
+        learned = [s for s in bank if "seed" not in s.tags]
+        assert learned and len(bank) > len(learned)  # the seed pack and three lessons
+        # Seeded before the first build and learned after each task: all embedded.
+        assert sorted(store.vectors("experiment", embedder.name)[0]) == sorted(
+            s.id for s in bank)
+    # Switched on with no embedder given, the runner takes the embedded default.
+    monkeypatch.setattr(runner_mod, "default_embedder", lambda: embedder)
+    assert Runner(config, OntologySuite(task_file), handle, tmp_path / "b").embedder \
+        is embedder
+
+
 def test_rollouts_select_by_judge_and_contrast(tmp_path: Path, task_file: Path,
                                               three: list[Any]) -> None:
     engine = ScriptedEngine(_scripted_loop(three, fail_first_rollout=True))
@@ -205,6 +240,10 @@ def test_interrupted_run_resumes_after_the_last_task(tmp_path: Path, task_file: 
     changed = config.model_copy(update={"title": "another"})
     with pytest.raises(ValueError, match="differs"):
         Runner(changed, suite, handle, out).run(progress=False, resume=True)
+    # A run saved before a config field existed resumes: the field reads as its default.
+    saved = json.loads((out / "config.json").read_text())
+    del saved["retrieval"]["dense"]
+    (out / "config.json").write_text(json.dumps(saved))
     engine.fail_after = None
     summary = Runner(config, suite, handle, out).run(progress=False, resume=True)
     ids = [json.loads(line)["task_id"] for line in (out / "results.jsonl").read_text()
@@ -242,18 +281,21 @@ def test_config_overrides_and_errors(tmp_path: Path) -> None:
         load_config(str(bad))
 
 
-def test_suite_checks_need_no_gold(three: list[Any]) -> None:
-    from memstrata.bench.experiments.suites import SuiteTask
+def _executor_run(answer: str) -> Any:
     from memstrata.programs.executors import ExecutorRun
     from memstrata.programs.meter import Usage
     from memstrata.trajectories import Leakage
 
+    return ExecutorRun(run_id="r", executor="react", answer=answer, converged=True,
+                       leakage=Leakage(), usage=Usage(), wall_s=0.0)
+
+
+def test_suite_checks_need_no_gold(three: list[Any]) -> None:
+    from memstrata.bench.experiments.suites import SuiteTask
+
     suite = OntologySuite()
     task = SuiteTask(id=three[0].id, level="L1", question=three[0].question)
-
-    def run(answer: str) -> ExecutorRun:
-        return ExecutorRun(run_id="r", executor="react", answer=answer, converged=True,
-                           leakage=Leakage(), usage=Usage(), wall_s=0.0)
+    run = _executor_run
 
     assert all(c.passed for c in suite.checks(task, run(three[0].gold_sparql)))
     no_prefix = three[0].gold_sparql.split("SELECT", 1)[1].join(["SELECT", ""])
@@ -261,6 +303,82 @@ def test_suite_checks_need_no_gold(three: list[Any]) -> None:
     assert {"runs", "no_anti_pattern"} <= failed
     assert [c.name for c in suite.checks(task, run("I think it is a sensor"))] == ["has_query"]
     assert suite.grade(task, run(three[0].gold_sparql)).success
+
+
+def _count_executions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Count the suite's query runs; grading must not run the query on its own."""
+    from memstrata.bench.experiments import ontology_suite
+    from memstrata.bench.ontology import scoring
+
+    calls: list[str] = []
+    real = ontology_suite.execute
+
+    def counted(query: str, **kwargs: Any) -> Any:
+        calls.append(query)
+        return real(query, **kwargs)
+
+    def refused(query: str, **kwargs: Any) -> Any:
+        raise AssertionError(f"grading ran the query again: {query[:60]}")
+
+    monkeypatch.setattr(ontology_suite, "execute", counted)
+    monkeypatch.setattr(scoring, "execute", refused)
+    return calls
+
+
+def test_runner_runs_each_final_query_once(tmp_path: Path, task_file: Path,
+                                           three: list[Any],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _count_executions(monkeypatch)
+    config, suite = load_config("E1"), OntologySuite(task_file)
+    order = _order(config, suite)
+    handle = wrap_lm(_dummy_e1(three, order), "dummy")
+    summary = Runner(config, suite, handle, tmp_path / "e1").run(progress=False)
+    # Same verdicts as when checks and grade each ran the query (the end-to-end test).
+    assert summary.success_rate == pytest.approx(2 / 3, abs=1e-4)
+    # The agent finishes without run_sparql, so every run here is checks or grade: one
+    # per task, although both looked at each task's final query.
+    assert len(calls) == len(set(calls)) == 3
+
+
+def test_checks_and_grade_share_one_run_and_match_separate_runs(
+        three: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstrata.bench.experiments.ontology_suite import _capped
+    from memstrata.bench.experiments.suites import SuiteTask
+    from memstrata.bench.ontology import execute, score
+
+    gold = three[0]
+    task = SuiteTask(id=gold.id, level="L1", question=gold.question)
+    rdfs = "PREFIX rdfs: <http://www.w3.org/2000/01/rdf-schema#>\n"
+    many = rdfs + "SELECT ?s WHERE { ?s rdfs:subClassOf ?o }"  # 2,103 rows, repeats
+    star = rdfs + "SELECT * WHERE { ?s rdfs:subClassOf ?o }"  # the large-result check
+    no_prefix = gold.gold_sparql.split("SELECT", 1)[1].join(["SELECT", ""])
+    queries = [gold.gold_sparql, many, f"  {many}\n", star, no_prefix, "SELECT"]
+    # The reference is what checks and grade saw when each ran the query itself: checks
+    # at 1,000 rows (fed to a second suite in place of its shared run), grade via score.
+    separate = {q.strip(): execute(q.strip(), timeout_s=10.0, max_rows=1_000)
+                for q in queries}
+    assert separate[many].truncated and len(separate[many].rows) == 1_000
+    # The shared run keeps 10,000 rows; the checks' view of it is the 1,000-row run.
+    shared = _capped(execute(many, max_rows=10_000), 1_000)
+    assert shared.model_dump(exclude={"elapsed_s"}) == \
+        separate[many].model_dump(exclude={"elapsed_s"})
+    reference = OntologySuite()
+    monkeypatch.setattr(reference, "_outcome", lambda q: separate[q.strip()])
+    want_checks = [reference.checks(task, _executor_run(q)) for q in queries]
+    want_grades = [score(gold, q) for q in queries]
+
+    calls = _count_executions(monkeypatch)
+    suite = OntologySuite()
+    for query, checks, want in zip(queries, want_checks, want_grades, strict=True):
+        run = _executor_run(query)
+        for _ in range(3):  # three rollouts with one final query, as E12 checks them
+            assert suite.checks(task, run) == checks
+        got = suite.grade(task, run)
+        assert (got.success, got.score, got.status, got.findings) == (
+            want.success, want.f1, want.status, want.finding_names)
+    assert [c.passed for c in want_checks[0]] == [True] * 4  # the gold query passes all
+    # Six answers, five distinct query texts once stripped: five runs in all.
+    assert len(calls) == 5
 
 
 def test_cli_compare_and_errors(tmp_path: Path, task_file: Path, three: list[Any],

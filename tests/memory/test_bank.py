@@ -11,6 +11,8 @@ from memstrata.memory.bank import ConsolidationPolicy, active_strategies
 from memstrata.memory.bank_forget import ForgettingPolicy
 from memstrata.memory.supersede import RELATION
 
+from tests.conftest import FakeEmbedder
+
 U = "u1"
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -283,3 +285,33 @@ def test_repetition_loops_are_noise(store: Store, policy: ConsolidationPolicy,
                                     text: str) -> None:
     decision = policy.decide(store, "u", StrategyItem(user_id="u", text=text))
     assert decision.action == "discard" and decision.rule == "repetitive"
+
+
+def test_embed_strategies_stores_what_dense_retrieval_reads(store: Store,
+                                                            embedder: FakeEmbedder) -> None:
+    from memstrata.memory.bank import embed_strategies, embedding_text
+    from memstrata.memory.models import SemanticItem, utcnow
+
+    a = store.add(PROBE)
+    b = store.add(strat("Declare prefixes", "Put PREFIX lines above the SELECT clause.",
+                        description="any SPARQL query", polarity="failure"))
+    retired = store.add(strat("Old advice", "Query the whole graph with no LIMIT at all."))
+    store.update(U, retired, valid_to=utcnow())
+    fact = store.add(SemanticItem(user_id=U, text="AHU-1 feeds three zones."))
+    # None: every active strategy without a vector (not retired ones, not other kinds).
+    assert embed_strategies(store, U, embedder) == 2
+    ids, matrix = store.vectors(U, embedder.name)
+    assert sorted(ids) == sorted([a, b])
+    row = matrix[ids.index(a)]
+    assert (row == embedder.encode([embedding_text(get(store, a))])[0]).all()
+    assert "list classes before querying" in embedding_text(get(store, a))
+    calls = embedder.calls
+    assert embed_strategies(store, U, embedder) == 0 and embedder.calls == calls
+    # Rewriting a strategy's text drops its vector; the next pass embeds it again.
+    store.update(U, b, text="Declare every prefix the query uses before SELECT.")
+    assert sorted(store.vectors(U, embedder.name)[0]) == [a]
+    assert embed_strategies(store, U, embedder) == 1
+    # Named ids: strategies only, this tenant only.
+    assert embed_strategies(store, U, embedder, [fact, a, a, "missing"]) == 1
+    assert embed_strategies(store, "u2", embedder, [a]) == 0
+    assert fact not in store.vectors(U, embedder.name)[0]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memstrata.memory import Store
@@ -20,6 +22,8 @@ from memstrata.packers.layers import (
     pack_l4,
     strategy_score,
 )
+
+from tests.conftest import FakeEmbedder
 
 FAST = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -217,3 +221,53 @@ def test_builder_modes_and_determinism(store: Store) -> None:
     # A scope no strategy carries yields no L2 text.
     assert ContextBuilder(store, "u").build("equipment query closure", scope="other",
                                             layers={"L2"}).text == ""
+
+
+def test_builder_never_packs_a_retired_strategy(store: Store) -> None:
+    from memstrata.memory.models import utcnow
+
+    keep = store.add(strategy(text="Walk rdfs:subClassOf* for every equipment subclass",
+                              title="Class closure"))
+    gone = store.add(strategy(text="Walk rdfs:subClassOf one level for equipment",
+                              title="One level only"))
+    store.update("u", gone, valid_to=utcnow())  # superseded or forgotten by the bank
+    ctx = ContextBuilder(store, "u").build("equipment subclass query", layers={"L2"})
+    assert ctx.layers["L2"].ids == [keep]
+    assert gone not in ctx.text and gone not in ctx.layers["L2"].left_out
+
+
+class SynonymEmbedder(FakeEmbedder):
+    """The hashing fake, with one synonym folded: 'subtypes' embeds as 'descendants'.
+
+    Wider than the fake, so that no two words of these few texts share a bucket by chance
+    (a collision would make unrelated words look like synonyms to query expansion)."""
+
+    name = "fake-synonyms"
+    dim = 4096
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors, as the fake's, after replacing the synonym."""
+        return super().encode([t.lower().replace("subtypes", "descendants") for t in texts])
+
+
+def test_builder_with_an_embedder_finds_a_strategy_sharing_no_word(store: Store) -> None:
+    from memstrata.memory.bank import embed_strategies
+    from memstrata.memory.retrieval import Retriever, SearchWeights
+
+    tree = store.add(strategy(title="Walk the hierarchy", text="Use rdfs:subClassOf* paths "
+                              "to reach all descendants"))
+    store.add(strategy(title="Declare prefixes", text="Put PREFIX lines above SELECT"))
+    question = "Which air handlers exist, subtypes included?"
+    # No word in common: lexical retrieval alone leaves L2 empty.
+    assert ContextBuilder(store, "u").build(question, layers={"L2"}).text == ""
+    embedder = SynonymEmbedder()
+    # The dense channel alone (query expansion off) sees only strategies with vectors.
+    dense = ContextBuilder(store, "u", Retriever(store, embedder, SearchWeights(expansion=0)))
+    assert dense.build(question, layers={"L2"}).text == ""
+    assert embed_strategies(store, "u", embedder) == 2
+    assert dense.build(question, layers={"L2"}).layers["L2"].ids[0] == tree
+    # The full hybrid with the embedder ranks it first too.
+    hybrid = ContextBuilder(store, "u", Retriever(store, embedder))
+    _, relevance = hybrid.strategies(question)
+    assert max(relevance, key=relevance.__getitem__) == tree
+    assert hybrid.build(question, layers={"L2"}).layers["L2"].ids[0] == tree

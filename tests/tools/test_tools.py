@@ -121,6 +121,11 @@ def test_mem_get_quote_add_and_polarity(session: ToolSession) -> None:
     assert [r["id"] for r in wins] == [added["id"]]
     item = session.binding.store.get("conv-a", added["id"])
     assert isinstance(item, StrategyItem) and item.source.startswith("tool:mem_add")
+    # A strategy the bank retired (superseded or forgotten) is never found again.
+    session.binding.store.update("conv-a", added["id"], valid_to=item.recorded_at)
+    for call in ({"polarity": "success"}, {"kind": "strategy"}, {}):
+        found = t["mem_search"]("date answering", **call)["results"]
+        assert added["id"] not in [r["id"] for r in found]
 
 
 def test_tools_print_nothing_and_return_json(session: ToolSession) -> None:

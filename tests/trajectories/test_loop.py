@@ -11,6 +11,8 @@ from memstrata.memory.bank import ConsolidationPolicy, active_strategies
 from memstrata.memory.bank_forget import ForgettingPolicy
 from memstrata.trajectories.loop import LoopUpdate, append, learn
 
+from tests.conftest import FakeEmbedder
+
 U = "u1"
 OTHER = "u2"
 
@@ -170,3 +172,23 @@ def test_append_refuses_another_tenants_candidate(bank: Store) -> None:
     with pytest.raises(ValueError, match="belongs to"):  # and so does append-only
         learn(bank, U, used=[], won=True, candidates=[stray])
     assert active_strategies(bank, OTHER) == [], "u1's loop wrote into u2's bank"
+
+
+def test_learn_embeds_the_strategies_it_stores(bank: Store, embedder: FakeEmbedder) -> None:
+    up = learn(bank, U, used=[], won=True, candidates=[PREFIX, PATHS], embedder=embedder)
+    added = [d.item_id for d in up.decisions]
+    assert sorted(bank.vectors(U, embedder.name)[0]) == sorted(added)
+    # A merge stores no new row (the stored one keeps its vector), noise stores nothing.
+    near = strat("Declare the brick prefix first", "Put PREFIX brick: <...#> at the top "
+                 "of every query that uses brick terms.",
+                 description="queries over Brick models")
+    up = learn(bank, U, used=[], won=True, candidates=[near, strat("Noise", "Be careful."),
+                                                       GUARD],
+               consolidation=ConsolidationPolicy(), embedder=embedder)
+    assert [d.action for d in up.decisions] == ["merge", "discard", "add"]
+    assert sorted(bank.vectors(U, embedder.name)[0]) == sorted([*added, up.decisions[2].item_id])
+    # Without an embedder nothing is embedded, as before.
+    other = learn(bank, OTHER, used=[], won=True, candidates=[strat(
+        "Other tenant", "Declare prefixes in the other tenant's queries too.",
+        user_id=OTHER)])
+    assert other.decisions[0].action == "add" and bank.vectors(OTHER, embedder.name)[0] == []

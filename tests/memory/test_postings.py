@@ -1,0 +1,173 @@
+"""bm25 from the posting lists and cached row lengths equals FTS5's own bm25, and the
+cache stays exact through appends, updates, deletes, rollbacks and other connections."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from memstrata.memory import FactItem, Store, Turn
+from memstrata.memory import text as textmod
+from memstrata.memory.postings import RowLengths, _row_totals, _varints, averages
+from memstrata.memory.store import Filters, tenant_token
+
+WORDS = ["zebra", "river", "boat", "garden", "paint", "guitar", "paris", "rome", "puppy",
+         "museum", "concert", "hike", "recipe", "novel", "sunset"]
+CLOCK = datetime(2023, 5, 8, tzinfo=UTC)
+
+
+def _both(store: Store, user: str, tokens: list[str], node: str, k: int = 50,
+          context_weight: float = 0.0) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """(postings ranking, FTS5 ranking) of the same OR query."""
+    match = textmod.fts_match(tokens, tenant_token=tenant_token(user),
+                              columns="body context" if node == "turn" and context_weight
+                              else "body")
+    assert match is not None
+    fast = store._ranked(user, tokens, match, node, k, Filters(), context_weight)
+    slow = store._bm25(user, match, node, k, Filters(), context_weight)
+    return fast, slow
+
+
+def _assert_same(fast: list[tuple[str, float]], slow: list[tuple[str, float]]) -> None:
+    assert [i for i, _ in fast] == [i for i, _ in slow]
+    assert all(abs(a - b) < 1e-9 for (_, a), (_, b) in zip(fast, slow, strict=True))
+
+
+def _turns(store: Store, user: str, texts: list[str]) -> None:
+    store.add_turns([
+        Turn(user_id=user, conversation_id="c", session_id="s", turn_id=f"D1:{n}", seq=n,
+             speaker="Ann", text=text, event_time=CLOCK)
+        for n, text in enumerate(texts)
+    ])
+
+
+texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    mine=st.lists(texts, min_size=1, max_size=25),
+    theirs=st.lists(texts, max_size=10),
+    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+    context_weight=st.sampled_from([0.0, 0.5, 1.3]),
+)
+def test_postings_bm25_equals_fts5_bm25(mine: list[str], theirs: list[str], query: list[str],
+                                        context_weight: float) -> None:
+    store = Store.open(":memory:")
+    store.add_many(FactItem(user_id="u", text=t) for t in mine)
+    store.add_many(FactItem(user_id="v", text=t) for t in theirs)
+    _turns(store, "u", mine)
+    _turns(store, "v", theirs)
+    tokens = textmod.tokens(" ".join(query))
+    _assert_same(*_both(store, "u", tokens, "item"))
+    _assert_same(*_both(store, "u", tokens, "turn", context_weight=context_weight))
+    ids = {i for i, _ in _both(store, "u", tokens, "item")[0]}
+    assert all(store.get("u", i) is not None for i in ids)  # never another tenant's row
+
+
+def test_cache_follows_updates_deletes_and_reused_rowids() -> None:
+    store = Store.open(":memory:")
+    ids = [store.add(FactItem(user_id="u", text=f"zebra note {w}")) for w in WORDS]
+    _assert_same(*_both(store, "u", ["zebra"], "item"))  # the cache is now warm
+    store.update("u", ids[3], text="zebra " + "long words here " * 20)  # longer: lower score
+    fast, slow = _both(store, "u", ["zebra"], "item")
+    _assert_same(fast, slow)
+    assert fast[-1][0] == ids[3]
+    store.delete("u", ids[0])
+    store.delete("u", ids[-1])  # the highest rowid: the next insert may reuse it
+    _assert_same(*_both(store, "u", ["zebra"], "item"))
+    store.add(FactItem(user_id="u", text="zebra zebra"))
+    fast, slow = _both(store, "u", ["zebra"], "item")
+    _assert_same(fast, slow)
+    assert len(fast) == len(WORDS) - 1
+    assert store._lengths["item"].rows == averages(store.conn, "items_fts")[0]
+
+
+def test_cache_after_a_rollback_and_inside_a_transaction() -> None:
+    store = Store.open(":memory:")
+    store.add_many(FactItem(user_id="u", text=f"river {w}") for w in WORDS)
+    _assert_same(*_both(store, "u", ["river"], "item"))
+    with pytest.raises(RuntimeError), store.transaction():
+        store.add(FactItem(user_id="u", text="river boat river"))
+        # Inside the transaction FTS5 ranks: the uncommitted row is seen.
+        assert len(_both(store, "u", ["river"], "item")[0]) == len(WORDS) + 1
+        raise RuntimeError("roll back")
+    fast, slow = _both(store, "u", ["river"], "item")
+    _assert_same(fast, slow)
+    assert len(fast) == len(WORDS)
+    store.add(FactItem(user_id="u", text="a river in paris"))
+    _assert_same(*_both(store, "u", ["river", "pari"], "item"))
+
+
+def test_cache_sees_another_connections_writes(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    one, two = Store.open(path), Store.open(path)
+    one.add_many(FactItem(user_id="u", text=f"museum {w}") for w in WORDS)
+    _assert_same(*_both(one, "u", ["museum"], "item"))
+    victim = one.items("u", limit=1)[0].id
+    two.update("u", victim, text="museum " + "and more words " * 10)
+    two.add(FactItem(user_id="u", text="museum trip"))
+    fast, slow = _both(one, "u", ["museum"], "item")
+    _assert_same(fast, slow)
+    assert len(fast) == len(WORDS) + 1 and fast[-1][0] == victim
+    one.close()
+    two.close()
+
+
+def test_turn_context_rewrites_keep_turn_lengths_exact() -> None:
+    store = Store.open(":memory:")
+    _turns(store, "u", ["a garden party", "we painted the garden"])
+    _assert_same(*_both(store, "u", ["garden"], "turn", context_weight=0.5))
+    # A later turn in the session rewrites the previous turn's context column.
+    store.add_turns([Turn(user_id="u", conversation_id="c", session_id="s", turn_id="D1:9",
+                          seq=9, speaker="Bo", text="garden garden gnomes", event_time=CLOCK)])
+    _assert_same(*_both(store, "u", ["garden", "gnome"], "turn", context_weight=0.5))
+    store.delete_conversation("u", "c")
+    assert _both(store, "u", ["garden"], "turn", context_weight=0.5) == ([], [])
+
+
+def test_tokens_fts5_would_fold_take_the_fts5_path() -> None:
+    store = Store.open(":memory:")
+    store.add(FactItem(user_id="u", text="Café Zoë in Paris"))
+    hits = store.lexical("u", textmod.tokens("café zoë"), node="item", k=5)
+    assert len(hits) == 1  # unicode61 folds the diacritics on both sides
+
+
+def test_row_lengths_decode_long_rows_and_varints() -> None:
+    assert _varints(bytes([0x00, 0x81, 0x00, 0x05])) == [0, 128, 5]
+    ids, totals = _row_totals([(1, bytes([0, 3])), (2, bytes([0, 0x81, 0x01])),
+                               (3, bytes([0, 7]))], columns=2)
+    assert ids.tolist() == [1, 2, 3] and totals.tolist() == [3, 129, 7]
+    store = Store.open(":memory:")
+    store.add(FactItem(user_id="u", text=" ".join(["word"] * 300)))
+    cache = RowLengths("items_fts", 2)
+    cache.sync(store.conn, set(), foreign=False)
+    assert cache.rows == 1 and cache.tokens == 300
+
+
+def test_instance_vocabulary_tables_exist_after_migration() -> None:
+    conn = Store.open(":memory:").conn
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert {"turns_instances", "items_instances"} <= names
+    assert isinstance(conn, sqlite3.Connection)
+
+
+def test_offsetting_rewrites_are_caught_without_the_totals_check() -> None:
+    # One row grows by two tokens and another shrinks by two: the index's row count and
+    # token total are unchanged, so only the rewritten rowids tell the cache.
+    store = Store.open(":memory:")
+    a = store.add(FactItem(user_id="u", text="hike one two three"))
+    b = store.add(FactItem(user_id="u", text="hike four five six seven eight"))
+    store.add_many(FactItem(user_id="u", text=f"hike {w}") for w in WORDS)
+    _assert_same(*_both(store, "u", ["hike"], "item"))
+    before = store._lengths["item"].tokens
+    with store.transaction():
+        store.update("u", a, text="hike one two three four five")
+        store.update("u", b, text="hike four five six")
+    fast, slow = _both(store, "u", ["hike"], "item")
+    assert store._lengths["item"].tokens == before
+    _assert_same(fast, slow)
