@@ -73,10 +73,10 @@ def _row_totals(rows: Sequence[tuple[int, bytes]], columns: int) -> tuple[np.nda
 class RowLengths:
     """Every row's token count (all columns) in one FTS5 index, indexed by rowid.
 
-    :meth:`sync` keeps it exact: a full read when another connection wrote, else the
+    :meth:`sync` keeps it exact: a full read when another connection wrote; else the
     rows this connection re-wrote (``touched``: updated or deleted rowids) and the rows
-    appended since; a count and token-total check against FTS5's averages record falls
-    back to a full read if anything was missed.
+    appended since (a first sync reads from rowid 0); then a count and token-total check
+    against FTS5's averages record falls back to a full read if anything was missed.
     """
 
     def __init__(self, fts: str, columns: int) -> None:
@@ -86,12 +86,11 @@ class RowLengths:
         self.rows = 0
         self.tokens = 0
         self.last = 0  # the highest rowid present
-        self.synced = False
 
     def sync(self, conn: sqlite3.Connection, touched: set[int], foreign: bool) -> None:
         """Bring the cache up to date with the index (see the class docstring)."""
         rows, tokens = averages(conn, self.fts)
-        if foreign or not self.synced:
+        if foreign:
             self._read_all(conn)
         else:
             if touched:
@@ -108,15 +107,10 @@ class RowLengths:
         if self.rows != rows or self.tokens != tokens:
             self._read_all(conn)
 
-    def get(self, rowids: np.ndarray) -> np.ndarray:
-        """Token counts of these rows (which must be in the index)."""
-        return self.lengths[rowids]
-
     def _read_all(self, conn: sqlite3.Connection) -> None:
         self.lengths = np.full(0, -1, np.int64)
         self.rows = self.tokens = self.last = 0
         self._load(conn, "1", [])
-        self.synced = True
 
     def _load(self, conn: sqlite3.Connection, where: str, args: list[int]) -> None:
         rows = conn.execute(f"SELECT id, sz FROM {self.fts}_docsize WHERE {where}", args
@@ -172,7 +166,7 @@ def bm25_top(
         rows, inverse = np.unique(doc, return_inverse=True)
         freq = np.bincount(inverse, weights=weight)
         idf = max(math.log((lengths.rows - len(rows) + 0.5) / (len(rows) + 0.5)), 1e-6)
-        norm = K1 * (1 - B + B * lengths.get(rows) / avgdl)
+        norm = K1 * (1 - B + B * lengths.lengths[rows] / avgdl)
         docs.append(rows)
         parts.append(idf * ((freq * (K1 + 1.0)) / (freq + norm)))  # FTS5's order of operations
     if not docs:

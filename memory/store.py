@@ -884,7 +884,7 @@ class Store:
         if node == "turn" and context_weight:
             weights["context"] = float(context_weight)
         top = bm25_top(self.conn, self._row_lengths(node), f"{table}_instances",
-                       [f"{tenant}{textmod.TENANT_JOIN}{t}" for t in tokens], weights, k)
+                       [textmod.tenant_term(tenant, t) for t in tokens], weights, k)
         if not top:
             return []
         rowids = [r for r, _ in top]
@@ -961,7 +961,7 @@ class Store:
         vocab = "turns_vocab" if node == "turn" else "items_vocab"
         df = {}
         for token in set(tokens):
-            term = f"{tenant}{textmod.TENANT_JOIN}{token}"  # the tenant's own document count
+            term = textmod.tenant_term(tenant, token)  # the tenant's own document count
             df[token] = self._cached(("df", vocab, term), lambda t=term: (self.conn.execute(
                 f"SELECT doc FROM {vocab} WHERE term = ?", (t,)).fetchone() or (0,))[0])
         return df

@@ -60,11 +60,16 @@ def tokens(text: str) -> list[str]:
 def index_text(text: str, tenant: str = "") -> str:
     """The string stored in an FTS5 column: normalised tokens joined by spaces, each
     prefixed with the tenant's token when one is given (see ``fts_match``)."""
-    return " ".join(f"{tenant}{TENANT_JOIN}{t}" if tenant else t for t in tokens(text))
+    return " ".join(tenant_term(tenant, t) for t in tokens(text))
 
 
 TENANT_JOIN = "x"
 """Between a tenant token and a term in the index: ``u3f...9ax`` + ``caroline``."""
+
+
+def tenant_term(tenant: str, token: str) -> str:
+    """``token`` as the tenant's own index term (unchanged when ``tenant`` is empty)."""
+    return f"{tenant}{TENANT_JOIN}{token}" if tenant else token
 
 
 def fts_match(
@@ -82,6 +87,6 @@ def fts_match(
     unique = list(dict.fromkeys(t.replace("\x00", "") for t in query_tokens if t.strip("\x00")))
     if not unique:
         return None
-    prefix = f"{tenant_token}{TENANT_JOIN}" if tenant_token else ""
-    terms = " OR ".join('"' + (prefix + t).replace('"', '""') + '"' for t in unique)
+    terms = " OR ".join('"' + tenant_term(tenant_token or "", t).replace('"', '""') + '"'
+                        for t in unique)
     return f"{{{columns}}} : ({terms})"

@@ -3,7 +3,6 @@ cache stays exact through appends, updates, deletes, rollbacks and other connect
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -153,7 +152,6 @@ def test_instance_vocabulary_tables_exist_after_migration() -> None:
     conn = Store.open(":memory:").conn
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     assert {"turns_instances", "items_instances"} <= names
-    assert isinstance(conn, sqlite3.Connection)
 
 
 def test_offsetting_rewrites_are_caught_without_the_totals_check() -> None:
