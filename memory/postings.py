@@ -4,8 +4,12 @@ Why: FTS5's ``bm25()`` reads every matched row's length from the index's ``%_doc
 table, one B-tree lookup per row. On the scale benchmark's 100k-item tenant that lookup
 was about two thirds of a query's scoring time (rare terms: ~2,200 matched rows, 2.1 ms
 a query; walking the same posting lists alone, 0.7 ms). :class:`RowLengths` keeps every
-row's length in a NumPy array, kept in step with the index, and :func:`bm25_top` scores
-the rows of the posting lists with FTS5's own formula: the same scores to ~1e-6, 1.1 ms.
+row's length in a NumPy array, kept in step with the index, and :func:`bm25_scores` scores
+the rows of the posting lists with FTS5's own formula: the same scores to the last bit.
+:class:`Postings` keeps decoded lists of recent terms, and :func:`with_terms` adds common
+terms' scores to a rare-term ranking (``Store.lexical_refs``) from them, where FTS5 took
+~0.9 ms to score the rows holding both (at 100k items, on the half of the queries that
+have a common term).
 
 The formula (``fts5Bm25Function`` in SQLite's ``fts5_aux.c``): for each query term,
 ``idf = log((N - n + 0.5) / (n + 0.5))`` (at least 1e-6) with ``N`` the index's rows and
@@ -19,7 +23,9 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -87,6 +93,11 @@ class RowLengths:
         self.tokens = 0
         self.last = 0  # the highest rowid present
 
+    @property
+    def avgdl(self) -> float:
+        """Mean tokens per row (FTS5's ``avgdl``); call only with rows present."""
+        return self.tokens / self.rows
+
     def sync(self, conn: sqlite3.Connection, touched: set[int], foreign: bool) -> None:
         """Bring the cache up to date with the index (see the class docstring)."""
         rows, tokens = averages(conn, self.fts)
@@ -135,43 +146,127 @@ class RowLengths:
             self.last = max(self.last, int(ids[totals >= 0].max()))
 
 
-def bm25_top(
-    conn: sqlite3.Connection,
-    lengths: RowLengths,
-    instances: str,
-    terms: Sequence[str],
-    weights: Mapping[str, float],
-    k: int,
-) -> list[tuple[int, float]]:
-    """The ``k`` best rowids for the OR of ``terms`` as ``[(rowid, score)]``, best first.
+POSTINGS_BUDGET = 2_000_000
+"""Most postings :class:`Postings` keeps decoded (16 bytes each: ~32 MB)."""
 
-    ``instances`` is the index's ``fts5vocab`` instance table; ``weights`` maps the
-    searched columns to their bm25 weights (other columns are not searched). ``lengths``
-    must be synced. Ties go to the lower rowid.
+
+class Postings:
+    """Decoded posting lists: for a term of an index and the searched columns' weights,
+    the rows holding it (ascending) and its weighted count in each.
+
+    Why: decoding a term's list from the ``fts5vocab`` instance table is most of what a
+    rare-term search costs, and the same terms come back query after query. Lists are
+    kept until this process writes or another one commits (``version``), least recently
+    used first out past :data:`POSTINGS_BUDGET` postings.
     """
-    if lengths.rows == 0 or k <= 0:
-        return []
-    avgdl = lengths.tokens / lengths.rows
-    docs: list[np.ndarray] = []
-    parts: list[np.ndarray] = []
-    for term in dict.fromkeys(terms):
+
+    def __init__(self, budget: int = POSTINGS_BUDGET) -> None:
+        self.budget = budget
+        self._lists: OrderedDict[tuple[str, str, tuple[tuple[str, float], ...]],
+                                 tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._size = 0
+        self._version: object = None
+        self._asked: set[tuple[str, str, tuple[tuple[str, float], ...]]] = set()
+
+    def get(self, conn: sqlite3.Connection, version: object, instances: str, term: str,
+            weights: Mapping[str, float], *, first_miss: bool = True
+            ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(rows, counts)`` of ``term`` in the columns ``weights`` names (counts
+        weighted by them), from ``instances``, the index's instance vocabulary.
+
+        With ``first_miss=False`` a list not yet kept is only read the second time it
+        is asked for (None the first time): for callers with a cheaper way to answer
+        once, which would pay for reading a long list that is never asked for again.
+        """
+        if version != self._version:
+            self._lists.clear()
+            self._asked.clear()
+            self._size = 0
+            self._version = version
+        key = (instances, term, tuple(weights.items()))
+        hit = self._lists.get(key)
+        if hit is not None:
+            self._lists.move_to_end(key)
+            return hit
+        if not first_miss and key not in self._asked:
+            self._asked.add(key)
+            return None
+        self._asked.discard(key)
+        found = self._read(conn, instances, term, weights)
+        self._lists[key] = found
+        self._size += max(len(found[0]), 1)
+        while self._size > self.budget and len(self._lists) > 1:
+            _, (rows, _counts) = self._lists.popitem(last=False)
+            self._size -= max(len(rows), 1)
+        return found
+
+    @staticmethod
+    def _read(conn: sqlite3.Connection, instances: str, term: str,
+              weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         # One joined string per column: building a Python tuple per posting cost ~2x more.
         found = [(np.array(joined.split(","), np.int64), weights[col]) for col, joined in
                  conn.execute(f"SELECT col, group_concat(doc) FROM {instances} WHERE term = ?"
                               " GROUP BY col", (term,)) if col in weights]
         if not found:
-            continue
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
         doc = np.concatenate([d for d, _ in found])
         weight = np.concatenate([np.full(len(d), w, np.float64) for d, w in found])
         rows, inverse = np.unique(doc, return_inverse=True)
-        freq = np.bincount(inverse, weights=weight)
-        idf = max(math.log((lengths.rows - len(rows) + 0.5) / (len(rows) + 0.5)), 1e-6)
-        norm = K1 * (1 - B + B * lengths.lengths[rows] / avgdl)
-        docs.append(rows)
-        parts.append(idf * ((freq * (K1 + 1.0)) / (freq + norm)))  # FTS5's order of operations
-    if not docs:
-        return []
-    rows, inverse = np.unique(np.concatenate(docs), return_inverse=True)
-    scores = np.bincount(inverse, weights=np.concatenate(parts))
-    best = np.argsort(-scores, kind="stable")[:k]
-    return list(zip(rows[best].tolist(), scores[best].tolist(), strict=True))
+        # Columns come in order and instances within them: bincount adds each row's
+        # weights one instance at a time, as FTS5 does.
+        return rows, np.bincount(inverse, weights=weight)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Every row holding a query term and its bm25 score (``rows`` ascending)."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+
+    def top(self, k: int) -> list[tuple[int, float]]:
+        """The ``k`` best as ``[(rowid, score)]``, best first; ties go to the lower rowid."""
+        best = np.argsort(-self.scores, kind="stable")[:k]
+        return list(zip(self.rows[best].tolist(), self.scores[best].tolist(), strict=True))
+
+
+def _idf(rows: int, docs: int) -> float:
+    return max(math.log((rows - docs + 0.5) / (docs + 0.5)), 1e-6)
+
+
+def _part(lengths: RowLengths, rows: np.ndarray, freq: np.ndarray, docs: int) -> np.ndarray:
+    """One term's bm25 in ``rows`` (``freq`` its weighted counts there, ``docs`` the rows
+    holding it), in FTS5's order of operations."""
+    norm = K1 * (1 - B + B * lengths.lengths[rows] / lengths.avgdl)
+    return _idf(lengths.rows, docs) * ((freq * (K1 + 1.0)) / (freq + norm))
+
+
+def bm25_scores(lengths: RowLengths, lists: Sequence[tuple[np.ndarray, np.ndarray]]
+                ) -> Scored | None:
+    """bm25 of every row holding any of the query terms whose :class:`Postings` lists
+    are ``lists`` (in query order; their OR), or None when no row does. ``lengths``
+    must be synced."""
+    if lengths.rows == 0:
+        return None
+    kept = [(rows, freq) for rows, freq in lists if len(rows)]
+    if not kept:
+        return None
+    rows, inverse = np.unique(np.concatenate([r for r, _ in kept]), return_inverse=True)
+    parts = np.concatenate([_part(lengths, r, f, len(r)) for r, f in kept])
+    # bincount adds each row's terms in query order, as FTS5 sums its phrases.
+    return Scored(rows, np.bincount(inverse, weights=parts))
+
+
+def with_terms(lengths: RowLengths, scored: Scored,
+               lists: Sequence[tuple[np.ndarray, np.ndarray]]) -> Scored:
+    """``scored`` with more terms' bm25 added to its rows (``lists`` as for
+    :func:`bm25_scores`): FTS5's bm25 of ``(scored's terms) AND (these terms)`` where a
+    row holds one of these, its score on ``scored``'s terms where it holds none."""
+    total = scored.scores
+    for rows, freq in lists:
+        if not len(rows):
+            continue
+        at = np.minimum(np.searchsorted(rows, scored.rows), len(rows) - 1)
+        f = np.where(rows[at] == scored.rows, freq[at], 0.0)
+        total = total + _part(lengths, scored.rows, f, len(rows))  # a row without it: + 0.0
+    return Scored(scored.rows, total)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
@@ -39,9 +38,7 @@ from .embed import Embedder
 from .expand import TermExpander, vocabulary_words
 from .models import Hit, with_caption
 from .query import QueryAnalysis, analyse
-from .store import TURN_PREFIX, Facets, Filters, Store, node_type
-
-_IS_TURN = re.compile(re.escape(TURN_PREFIX)).match
+from .store import Facets, Filters, Ref, Store, node_type
 
 
 class SearchWeights(BaseModel):
@@ -141,8 +138,8 @@ class Retriever:
         w = self.weights
         filters = filters or Filters()
         qa = self.analyse(user_id, query, now)
-        allowed = self.store.allowed_ids(user_id, filters) if filters.active() else None
-        rankings: list[tuple[float, list[tuple[str, float]]]] = []
+        allowed = self.store.allowed_refs(user_id, filters) if filters.active() else None
+        rankings: list[tuple[float, list[tuple[Ref, float]]]] = []
 
         expansion = self._expansion_terms(user_id, qa)
         for node in nodes:
@@ -158,7 +155,7 @@ class Retriever:
             return []
         # The priors read each candidate's speaker and time: skip the lookup (hundreds of
         # ids) when no prior can apply.
-        info: dict[str, Facets] = {}
+        info: dict[Ref, Facets] = {}
         if (w.speaker_boost and qa.speakers) or (w.time_boost and qa.start) or w.recency:
             info = self.store.facets(user_id, list(scores))
             self._apply_priors(scores, info, qa)
@@ -166,24 +163,25 @@ class Retriever:
         if w.session:
             self._session_prior(user_id, scores, info)
 
-        top = heapq.nlargest(k, scores.items(), key=itemgetter(1))
-        info = self.store.nodes(user_id, [i for i, _ in top])
-        return [_hit(node_id, score, info[node_id]) for node_id, score in top if node_id in info]
+        top = self.store.with_ids(user_id, heapq.nlargest(k, scores.items(), key=itemgetter(1)))
+        rows = self.store.nodes(user_id, [i for i, _ in top])
+        return [_hit(node_id, score, rows[node_id]) for node_id, score in top if node_id in rows]
 
     # -- channels -------------------------------------------------------------------------
 
     def _lexical_channels(self, user_id: str, qa: QueryAnalysis, node: str, filters: Filters,
                           expansion: list[str] | None = None,
-                          ) -> list[tuple[float, list[tuple[str, float]]]]:
+                          ) -> list[tuple[float, list[tuple[Ref, float]]]]:
         """bm25, its feedback and expansion re-runs, and bm25 within each named speaker's
         turns."""
         w = self.weights
         common = {"common_share": w.common_share, "common_min_docs": w.common_min_docs,
                   "common_budget": w.common_budget}
-        out: list[tuple[float, list[tuple[str, float]]]] = []
+        out: list[tuple[float, list[tuple[Ref, float]]]] = []
+        lexical = self.store.lexical_refs
         if w.lexical:
-            hits = self.store.lexical(user_id, qa.tokens, node=node, k=w.pool, filters=filters,
-                                       context_weight=w.context, **common)
+            hits = lexical(user_id, qa.tokens, node=node, k=w.pool, filters=filters,
+                           context_weight=w.context, **common)
             out.append((w.lexical, hits))
             top = [i for i, _ in hits[: w.feedback_docs]]
             extra = self._feedback_terms(user_id, top, qa) if w.feedback and hits else []
@@ -199,17 +197,17 @@ class Retriever:
                 # and the first run's ranking is reused (Store.lexical's ``also``), so the
                 # re-run scores a fraction of the rows instead of all of them again. At
                 # 100k items such re-runs were the slowest tenth of the queries.
-                out.append((w.feedback, self.store.lexical(
+                out.append((w.feedback, lexical(
                     user_id, qa.tokens, node=node, k=w.pool, filters=filters,
                     context_weight=w.context, also=extra, **common)))
             elif extra and affordable:
-                out.append((w.feedback, self.store.lexical(
+                out.append((w.feedback, lexical(
                     user_id, terms, node=node, k=w.pool, filters=filters,
                     context_weight=w.context, **common)))
             if expansion:
                 # The query's own words stay in: the new words add candidates that share
                 # the query's topic; alone they drift (a word's neighbours are not all apt).
-                out.append((w.expansion, self.store.lexical(
+                out.append((w.expansion, lexical(
                     user_id, qa.content_tokens + expansion, node=node, k=w.pool,
                     filters=filters, context_weight=w.context, **common)))
         if w.speaker_channels and node == "turn":
@@ -218,20 +216,21 @@ class Retriever:
                     kinds=filters.kinds, speaker=name, conversation_id=filters.conversation_id,
                     start=filters.start, end=filters.end,
                 )
-                out.append((w.speaker_channels, self.store.lexical(
+                out.append((w.speaker_channels, lexical(
                     user_id, qa.content_tokens, node=node, k=w.pool, filters=narrowed,
                     context_weight=w.context, **common)))
         return out
 
     def _dense_channels(self, user_id: str, qa: QueryAnalysis, query_vec: np.ndarray,
-                        allowed: set[str] | None, nodes: Sequence[str]
-                        ) -> list[tuple[float, list[tuple[str, float]]]]:
+                        allowed: set[Ref] | None, nodes: Sequence[str]
+                        ) -> list[tuple[float, list[tuple[Ref, float]]]]:
         """Cosine over all the tenant's vectors, and within each named speaker's turns."""
         w = self.weights
         name = self.embedder.name  # type: ignore[union-attr]
-        ids, matrix = self.store.vectors(user_id, name)
-        if not len(ids):
+        _, matrix = self.store.vectors(user_id, name)
+        if not len(matrix):
             return []
+        ids = self.store.vector_refs(user_id, name)
         out = []
         if w.dense:
             out.append((w.dense, _top_cosine(ids, matrix, query_vec, w.pool, allowed, nodes)))
@@ -264,8 +263,8 @@ class Retriever:
             return None
         return self.embedder.encode([query])[0]
 
-    def _tag_channel(self, user_id: str, qa: QueryAnalysis, allowed: set[str] | None
-                     ) -> list[tuple[str, float]]:
+    def _tag_channel(self, user_id: str, qa: QueryAnalysis, allowed: set[Ref] | None
+                     ) -> list[tuple[Ref, float]]:
         vocabulary = self.store.tag_vocabulary(user_id)
         if not vocabulary:
             return []
@@ -283,10 +282,10 @@ class Retriever:
             hits = np.flatnonzero(row >= cutoff)
             for j in hits[np.argsort(-row[hits], kind="stable")[:5]]:
                 matched.add(vocabulary[j])
-        ids = self.store.items_with_tags(user_id, sorted(matched), self.weights.pool)
-        return [(i, 1.0) for i in ids if allowed is None or i in allowed]
+        refs = self.store.tagged(user_id, sorted(matched), self.weights.pool)
+        return [(r, 1.0) for r in refs if allowed is None or r in allowed]
 
-    def _feedback_terms(self, user_id: str, top: list[str], qa: QueryAnalysis) -> list[str]:
+    def _feedback_terms(self, user_id: str, top: list[Ref], qa: QueryAnalysis) -> list[str]:
         """Pseudo-relevance feedback: up to 5 terms found in at least two of the top hits,
         not in the query and not a known name (names prefix every turn).
 
@@ -296,7 +295,8 @@ class Retriever:
         """
         names = {t for s in self.store.speakers(user_id) for t in textmod.tokens(s)}
         seen: dict[str, int] = defaultdict(int)
-        for row in self.store.nodes(user_id, top).values():
+        for row in self.store.nodes(user_id, list(self.store.ids(user_id, top).values())
+                                    ).values():
             for term in set(textmod.tokens(row["text"])):
                 seen[term] += 1
         skip = set(qa.tokens) | names
@@ -307,12 +307,12 @@ class Retriever:
 
     # -- priors and expansion -------------------------------------------------------------
 
-    def _apply_priors(self, scores: dict[str, float], info: dict[str, Facets],
+    def _apply_priors(self, scores: dict[Ref, float], info: dict[Ref, Facets],
                       qa: QueryAnalysis) -> None:
         w = self.weights
         start = qa.start.isoformat() if qa.start else None
         end = qa.end.isoformat() if qa.end else None
-        recency: dict[str, float] = {}
+        recency: dict[Ref, float] = {}
         if w.recency:  # ranks every candidate by time: skipped when it would weigh nothing
             newest = sorted(info, key=lambda i: info[i].event_time or "")
             recency = {node_id: n / max(len(newest) - 1, 1) for n, node_id in enumerate(newest)}
@@ -325,8 +325,8 @@ class Retriever:
                 factor *= 1.0 + w.time_boost
             scores[node_id] *= factor
 
-    def _session_prior(self, user_id: str, scores: dict[str, float],
-                       info: dict[str, Facets]) -> None:
+    def _session_prior(self, user_id: str, scores: dict[Ref, float],
+                       info: dict[Ref, Facets]) -> None:
         """Scale each turn by how well the best turn of its session scored.
 
         Passage retrieval gains from the score of the document around a passage (Callan
@@ -336,7 +336,7 @@ class Retriever:
         weight 0.3 (0.820 at 0.2, 0.819 at 0.5; without expansion 0.790 -> 0.803); a
         session's best turn beat the sum of its best three or ten turns.
         """
-        turns = list(filter(_IS_TURN, scores))  # C-level filter: hundreds of ids a query
+        turns = [r for r in scores if r[0] == "turn"]
         best_overall = max(scores.values(), default=0.0)
         if not turns or best_overall <= 0:
             return
@@ -353,23 +353,27 @@ class Retriever:
                 share = best[(row.conversation_id, row.session_id)] / best_overall
                 scores[node_id] *= 1.0 + self.weights.session * share
 
-    def _expand_graph(self, user_id: str, scores: dict[str, float], allowed: set[str] | None,
+    def _expand_graph(self, user_id: str, scores: dict[Ref, float], allowed: set[Ref] | None,
                       nodes: Sequence[str]) -> None:
         w = self.weights
         if not w.graph or not w.graph_seeds:
             return
-        seeds = heapq.nlargest(w.graph_seeds, scores, key=scores.__getitem__)
-        reached = self.store.neighbors(user_id, seeds, hops=1)
+        seeds = self.store.ids(user_id, heapq.nlargest(w.graph_seeds, scores,
+                                                        key=scores.__getitem__))
+        seed_refs = {node_id: ref for ref, node_id in seeds.items()}
+        reached = self.store.neighbors(user_id, list(seeds.values()), hops=1)
+        refs = self.store.refs(user_id, [n for n in reached if node_type(n) in nodes])
         for node_id, (_depth, weight, seed) in reached.items():
-            if node_type(node_id) not in nodes or (allowed is not None and node_id not in allowed):
+            ref = refs.get(node_id)
+            if ref is None or (allowed is not None and ref not in allowed):
                 continue
-            scores[node_id] = scores.get(node_id, 0.0) + w.graph * weight * scores[seed]
+            scores[ref] = scores.get(ref, 0.0) + w.graph * weight * scores[seed_refs[seed]]
 
 
-def _fuse(rankings: list[tuple[float, list[tuple[str, float]]]], how: str, k: int
-          ) -> dict[str, float]:
-    """Weighted fusion of several ranked ``(id, score)`` lists, by rank or by score."""
-    scores: dict[str, float] = defaultdict(float)
+def _fuse(rankings: list[tuple[float, list[tuple[Ref, float]]]], how: str, k: int
+          ) -> dict[Ref, float]:
+    """Weighted fusion of several ranked ``(ref, score)`` lists, by rank or by score."""
+    scores: dict[Ref, float] = defaultdict(float)
     for weight, ranked in rankings:
         if not ranked:
             continue
@@ -389,10 +393,11 @@ def _fuse(rankings: list[tuple[float, list[tuple[str, float]]]], how: str, k: in
 
 
 def _top_cosine(
-    ids: list[str], matrix: np.ndarray, query_vec: np.ndarray, k: int,
-    allowed: set[str] | None, nodes: Sequence[str], rows: np.ndarray | None = None,
-) -> list[tuple[str, float]]:
-    """(id, cosine) of the ``k`` best rows of ``matrix`` (unit vectors) for ``query_vec``.
+    ids: list[Ref | None], matrix: np.ndarray, query_vec: np.ndarray, k: int,
+    allowed: set[Ref] | None, nodes: Sequence[str], rows: np.ndarray | None = None,
+) -> list[tuple[Ref, float]]:
+    """(ref, cosine) of the ``k`` best rows of ``matrix`` (unit vectors) for ``query_vec``;
+    ``ids`` holds each row's ref (None: the node is gone).
 
     ``rows`` restricts the candidates to those row indices; ``allowed`` and ``nodes``
     filter the ranked list, which is widened until ``k`` survive or the rows run out.
@@ -402,15 +407,12 @@ def _top_cosine(
         return []
     sims = matrix[rows] @ query_vec if len(rows) < len(ids) else matrix @ query_vec
 
-    def keep(i: int) -> bool:
-        node_id = ids[rows[i]]
-        return node_type(node_id) in nodes and (allowed is None or node_id in allowed)
-
     want = min(len(rows), k)
     while True:
         top = np.argpartition(-sims, want - 1)[:want]
         top = top[np.argsort(-sims[top])]
-        out = [(ids[rows[i]], float(sims[i])) for i in top if keep(i)]
+        out = [(ref, float(sims[i])) for i in top if (ref := ids[rows[i]]) is not None
+               and ref[0] in nodes and (allowed is None or ref in allowed)]
         if len(out) >= k or want == len(rows):
             return out[:k]
         want = min(len(rows), want * 4)

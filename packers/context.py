@@ -116,13 +116,14 @@ class ContextBuilder:
         another's runs. Retired strategies (``valid_to`` set by a supersede or by the
         forgetting policy) never qualify.
         """
-        hits = self.retriever.search(self.user_id, task, k=STRATEGY_POOL,
-                                     filters=Filters(kinds=["strategy"]), nodes=("item",))
+        # A strategy the bank superseded or forgot must not come back through L2, or
+        # E10/E11 would change nothing shown; left out by the search itself, retired ones
+        # cannot crowd current ones out of the pool.
+        hits = self.retriever.search(self.user_id, task, k=STRATEGY_POOL, nodes=("item",),
+                                     filters=Filters(kinds=["strategy"], current=["strategy"]))
         relevance = {h.id: h.score for h in hits}
         items = self.store.get_many(self.user_id, [h.id for h in hits])
-        # Retrieval indexes rows whatever their validity; a strategy the bank superseded
-        # or forgot must not come back through L2, or E10/E11 would change nothing shown.
-        found = [i for i in items if isinstance(i, StrategyItem) and i.valid_to is None
+        found = [i for i in items if isinstance(i, StrategyItem)
                  and (scope is None or scope in i.tags)]
         return found, relevance
 

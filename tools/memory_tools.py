@@ -67,16 +67,17 @@ def mem_search(b: Binding, query: str, k: int | None = None, kind: str | None = 
     speaker = _speaker(b, role)
     kinds = ["strategy"] if polarity else ([kind] if kind else None)
     nodes = ("turn",) if kind == "turn" else ("item",) if kinds else ("turn", "item")
-    filters = Filters(kinds=kinds, speaker=speaker)
-    # Strategies may be retired (superseded or forgotten by the bank's policies) and are
-    # then dropped below, so a search that can return them asks for more.
-    wide = polarity or kind in (None, "strategy")
+    # A retired strategy (superseded or forgotten by the bank's policies) must not come
+    # back through the tools either (as in L2's packer); other kinds keep their history
+    # (a superseded fact still answers "before ...?"). With a kind, the search leaves
+    # them out; without one a filter would read every row of the tenant, so they are
+    # dropped below, as are strategies of the other polarity: those searches ask for more.
+    filters = Filters(kinds=kinds, speaker=speaker, current=["strategy"] if kinds else None)
+    wide = polarity is not None or kind is None
     hits = _retriever(b).search(b.user_id, query, k=k * _OVERFETCH if wide else k,
                                 filters=filters, nodes=nodes)
     items = {i.id: i for i in b.store.get_many(b.user_id, [h.id for h in hits
                                                            if h.node == "item"])}
-    # A retired strategy must not come back through the tools either (as in L2's packer);
-    # other kinds keep their history (a superseded fact still answers "before ...?").
     hits = [h for h in hits if not (h.kind == "strategy" and getattr(
         items.get(h.id), "valid_to", None) is not None)]
     if polarity:

@@ -214,7 +214,7 @@ def test_update_with_invalid_value_changes_nothing(store: Store) -> None:
 def test_update_colliding_with_another_item_rolls_back_cleanly(store: Store) -> None:
     a = store.add(FactItem(user_id=U, text="alpha fact"))
     b = store.add(FactItem(user_id=U, text="beta fact"))
-    with pytest.raises(Exception):  # noqa: B017 - any error, as long as nothing changes
+    with pytest.raises(ValueError, match=f"would duplicate item '{a}'"):
         store.update(U, b, text="Alpha fact")
     assert store.get(U, b).text == "beta fact"
     assert [i for i, _ in store.lexical(U, tokens("beta"), node="item", k=5)] == [b]

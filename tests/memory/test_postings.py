@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from memstrata.memory import FactItem, Store, Turn
 from memstrata.memory import text as textmod
-from memstrata.memory.postings import RowLengths, _row_totals, _varints, averages
+from memstrata.memory.postings import Postings, RowLengths, _row_totals, _varints, averages
 from memstrata.memory.store import Filters, tenant_token
 
 WORDS = ["zebra", "river", "boat", "garden", "paint", "guitar", "paris", "rome", "puppy",
@@ -26,9 +26,9 @@ def _both(store: Store, user: str, tokens: list[str], node: str, k: int = 50,
                               columns="body context" if node == "turn" and context_weight
                               else "body")
     assert match is not None
-    fast = store._ranked(user, tokens, match, node, k, Filters(), context_weight)
+    fast = store._ranked(user, tokens, match, node, k, Filters(), context_weight)[0]
     slow = store._bm25(user, match, node, k, Filters(), context_weight)
-    return fast, slow
+    return store.with_ids(user, fast), store.with_ids(user, slow)
 
 
 def _assert_same(fast: list[tuple[str, float]], slow: list[tuple[str, float]]) -> None:
@@ -169,3 +169,44 @@ def test_offsetting_rewrites_are_caught_without_the_totals_check() -> None:
     fast, slow = _both(store, "u", ["hike"], "item")
     assert store._lengths["item"].tokens == before
     _assert_same(fast, slow)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    mine=st.lists(texts, min_size=2, max_size=30),
+    query=st.lists(st.sampled_from(WORDS), min_size=2, max_size=5),
+    context_weight=st.sampled_from([0.0, 0.5]),
+)
+def test_common_terms_scored_from_kept_lists_equal_fts5(mine: list[str], query: list[str],
+                                                        context_weight: float) -> None:
+    # Common terms (here: in more than 10% of the rows) only add to rows holding a rarer
+    # term. The first time, FTS5 scores those rows; asked again, the kept posting lists do.
+    store = Store.open(":memory:")
+    store.add_many(FactItem(user_id="u", text=t) for t in mine)
+    _turns(store, "u", mine)
+    tokens = textmod.tokens(" ".join(query))
+    options = {"common_share": 0.1, "common_min_docs": 1, "context_weight": context_weight}
+    for node in ("item", "turn"):
+        first = store.lexical("u", tokens, node=node, k=10, **options)  # type: ignore[arg-type]
+        again = store.lexical("u", tokens, node=node, k=10, **options)  # type: ignore[arg-type]
+        assert [i for i, _ in first] == [i for i, _ in again]
+        assert [s for _, s in first] == pytest.approx([s for _, s in again], abs=1e-9)
+
+
+def test_kept_lists_are_bounded_and_dropped_when_the_index_changes() -> None:
+    store = Store.open(":memory:")
+    store.add_many(FactItem(user_id="u", text=t) for t in
+                   ["zebra river", "zebra boat", "zebra", "river"])
+    tenant = tenant_token("u")
+    kept = Postings(budget=3)
+    args = (store.conn, "v1", "items_instances")
+    zebra, river = (textmod.tenant_term(tenant, w) for w in ("zebra", "river"))
+    rows, counts = kept.get(*args, zebra, {"body": 1.0})  # type: ignore[misc]
+    assert len(rows) == 3 and counts.tolist() == [1.0, 1.0, 1.0]
+    kept.get(*args, river, {"body": 1.0})  # 3 + 2 postings: zebra's list goes
+    assert [key[1] for key in kept._lists] == [river]
+    # Asked not to read on a first miss: None, then the list on the second ask.
+    assert kept.get(*args, zebra, {"body": 1.0}, first_miss=False) is None
+    assert kept.get(*args, zebra, {"body": 1.0}, first_miss=False) is not None
+    assert kept.get(store.conn, "v2", "items_instances", river, {"body": 1.0},
+                    first_miss=False) is None  # a new index version: nothing kept

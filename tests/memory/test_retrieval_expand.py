@@ -175,7 +175,13 @@ def test_facets_are_the_fields_the_priors_read(store: Store) -> None:
     turn_id = _turns(store, [("s1", "Ann", "hello there")])[0]
     item_id = store.add(FactItem(user_id=U, text="Ann likes tea", speaker="Ann",
                                  conversation_id="c"))
-    facets = store.facets(U, [turn_id, item_id, "t_missing"])
-    assert facets[turn_id] == ("Ann", "2023-05-08T00:00:00+00:00", "c", "s1")
-    assert facets[item_id].speaker == "Ann" and facets[item_id].session_id is None
-    assert "t_missing" not in facets and store.facets("other", [turn_id]) == {}
+    refs = store.refs(U, [turn_id, item_id, "t_missing"])
+    assert set(refs) == {turn_id, item_id} and store.refs("other", [turn_id]) == {}
+    assert store.ids(U, list(refs.values())) == {r: i for i, r in refs.items()}
+    facets = store.facets(U, [refs[turn_id], refs[item_id], ("turn", 10**6)])
+    assert facets[refs[turn_id]] == ("Ann", "2023-05-08T00:00:00+00:00", "c", "s1")
+    assert facets[refs[item_id]].speaker == "Ann" and facets[refs[item_id]].session_id is None
+    assert ("turn", 10**6) not in facets and store.facets("other", [refs[turn_id]]) == {}
+    with store.reading():  # read once, then answered from the search's memo, per tenant
+        assert store.facets(U, [refs[turn_id]]) == store.facets(U, [refs[turn_id]])
+        assert store.facets("other", [refs[turn_id]]) == {}

@@ -236,6 +236,19 @@ def test_builder_never_packs_a_retired_strategy(store: Store) -> None:
     assert gone not in ctx.text and gone not in ctx.layers["L2"].left_out
 
 
+def test_retired_strategies_cannot_crowd_a_current_one_out_of_the_pool(store: Store) -> None:
+    from memstrata.memory.models import utcnow
+    from memstrata.packers.context import STRATEGY_POOL
+
+    keep = store.add(strategy(text="Equipment lookups need a query", title="Plain"))
+    for n in range(STRATEGY_POOL + 5):  # each matches the task better than ``keep`` does
+        gone = store.add(strategy(text=f"Equipment subclass query closure, variant {n}",
+                                  title=f"Closure {n}"))
+        store.update("u", gone, valid_to=utcnow())
+    ctx = ContextBuilder(store, "u").build("equipment subclass query closure", layers={"L2"})
+    assert ctx.layers["L2"].ids == [keep]
+
+
 class SynonymEmbedder(FakeEmbedder):
     """The hashing fake, with one synonym folded: 'subtypes' embeds as 'descendants'.
 
