@@ -189,6 +189,8 @@ class Postings:
             self._lists.move_to_end(key)
             return hit
         if not first_miss and key not in self._asked:
+            if len(self._asked) >= self.budget // 100:  # bounded too: a long read-only run
+                self._asked.clear()
             self._asked.add(key)
             return None
         self._asked.discard(key)
