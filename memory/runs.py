@@ -8,11 +8,12 @@ stored as text.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .models import UTCDateTime, utcnow
+from .models import UTCDateTime, as_utc, utcnow
 
 if TYPE_CHECKING:
     from .store import Store
@@ -58,6 +59,17 @@ class StepRecord(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
     ms: float | None = None
     at: UTCDateTime | None = None
+
+
+class PruneReport(BaseModel):
+    """What ``Runs.prune`` removed (or, in a dry run, would remove)."""
+
+    runs: int = 0
+    steps: int = 0
+    kept_running: int = Field(0, description="matching runs left alone: still running")
+    kept_evidence: int = Field(
+        0, description="matching runs left alone: a current item cites them as evidence")
+    dry_run: bool = False
 
 
 _JSON_RUN_FIELDS = ("config", "layers", "db_state", "output", "verdict", "usage", "leakage")
@@ -166,3 +178,58 @@ class Runs:
         for row in rows:
             row["payload"] = json.loads(row["payload"])
         return rows
+
+    def prune(self, user_id: str, *, before: datetime | None = None, keep: int | None = None,
+              keep_evidence: bool = True, dry_run: bool = False) -> PruneReport:
+        """Delete one tenant's old runs and their steps; the run tables otherwise only grow.
+
+        A run goes when it matches every rule given: started before ``before``, and not
+        among the tenant's ``keep`` newest runs. Never pruned: runs still running (their
+        recorder writes on finish), and, with ``keep_evidence``, runs that a current item
+        (a learned strategy, a fact) cites as evidence, so provenance keeps resolving.
+        The event log is left whole: it holds what agents chose to record and the bank's
+        decisions, not traces.
+
+        Raises:
+            ValueError: neither rule given, or ``keep`` negative.
+        """
+        if before is None and keep is None:
+            raise ValueError("prune needs a rule: before=DATETIME and/or keep=N")
+        if keep is not None and keep < 0:
+            raise ValueError(f"keep must be >= 0, not {keep}")
+        rules, args = ["r.user_id = ?"], [user_id]
+        if before is not None:
+            stamp = as_utc(before)
+            assert stamp is not None  # as_utc keeps a datetime a datetime
+            # julianday: stored times end in "Z" (pydantic), isoformat's in "+00:00"; as
+            # text they would compare wrongly within one second.
+            rules.append("julianday(r.started_at) < julianday(?)")
+            args.append(stamp.isoformat())
+        if keep is not None:
+            rules.append("r.id NOT IN (SELECT id FROM runs WHERE user_id = ?"
+                         " ORDER BY started_at DESC, id LIMIT ?)")
+            args += [user_id, keep]
+        # Uncorrelated, so SQLite builds the set of cited ids once, not once per run.
+        # (Evidence lists hold turn ids too; only run ids can match.)
+        cited, cited_args = ("r.id IN (SELECT e.value FROM items i, json_each(i.evidence) e"
+                             " WHERE i.user_id = ? AND i.valid_to IS NULL)", [user_id]) \
+            if keep_evidence else ("0", [])
+        rows = self.store._q(
+            f"SELECT r.id, r.status = 'running' AS running, {cited} AS cited,"
+            " (SELECT COUNT(*) FROM run_steps s WHERE s.run_id = r.id) AS steps"
+            f" FROM runs r WHERE {' AND '.join(rules)}", [*cited_args, *args])
+        gone = [r for r in rows if not r["running"] and not r["cited"]]
+        report = PruneReport(runs=len(gone), steps=sum(r["steps"] for r in gone),
+                             kept_running=sum(1 for r in rows if r["running"]),
+                             kept_evidence=sum(1 for r in rows if r["cited"] and not r["running"]),
+                             dry_run=dry_run)
+        if dry_run or not gone:
+            return report
+        ids = [(r["id"],) for r in gone]
+        with self.store.transaction():
+            # Steps explicitly, not by the foreign key's cascade: a connection opened
+            # elsewhere may have foreign keys off.
+            self.store.conn.executemany("DELETE FROM run_steps WHERE run_id = ?", ids)
+            self.store.conn.executemany(
+                "DELETE FROM runs WHERE id = ? AND user_id = ?", [(i, user_id) for (i,) in ids])
+        return report

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 THREADS_HELP = ("CPU threads of a local model (default: all cores; fewer decode faster when "
                 "other work shares the machine)")
@@ -198,15 +200,42 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prune_runs(store: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from memstrata.memory.models import as_utc, utcnow
+
+    if not args.user:
+        raise SystemExit("memstrata: runs prune needs --user (runs are per user)")
+    cutoffs = []
+    if args.before is not None:
+        cutoffs.append(as_utc(args.before))
+    if args.older_than is not None:
+        cutoffs.append(utcnow() - timedelta(days=args.older_than))
+    if not cutoffs and args.keep is None:
+        raise SystemExit("memstrata: runs prune needs a rule: --before DATE, "
+                         "--older-than DAYS and/or --keep N")
+    # Both cutoffs given: a run must be older than both, i.e. than the earlier one.
+    before = min(cutoffs) if cutoffs else None
+    report = store.runs.prune(args.user, before=before, keep=args.keep,
+                              keep_evidence=not args.drop_evidence, dry_run=args.dry_run)
+    doc = report.model_dump()
+    if args.vacuum and not args.dry_run:
+        store.conn.execute("VACUUM")
+        doc["vacuumed"] = True
+    return doc
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
-    """Recorded runs: list them, show one with its steps, or export them as JSONL."""
+    """Recorded runs: list them, show one with its steps, export them as JSONL, or prune
+    one tenant's old runs (the run tables otherwise grow with every run)."""
     from memstrata.memory import Store
     from memstrata.trajectories import export_jsonl
 
     if not Path(args.db).exists():
         raise SystemExit(f"memstrata: no store at {args.db}")
     with Store.open(args.db) as store:
-        if args.action == "export":
+        if args.action == "prune":
+            print(json.dumps(_prune_runs(store, args)))
+        elif args.action == "export":
             n = export_jsonl(store, args.out, user_id=args.user, limit=args.limit)
             print(json.dumps({"runs": n, "file": args.out}))
         elif args.action == "show":

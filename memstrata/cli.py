@@ -138,6 +138,31 @@ def _csv(raw: str | None, what: str, cast: type = str) -> list | None:
         raise SystemExit(f"memstrata: {what} must be a comma-separated list, got {raw!r}") from None
 
 
+def _iso_datetime(raw: str) -> datetime:
+    try:
+        return datetime.fromisoformat(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO date or datetime: {raw!r} (e.g. 2026-01-31 or 2026-01-31T12:00)"
+        ) from None
+
+
+def _days(raw: str) -> float:
+    try:
+        days = float(raw)
+    except ValueError:
+        days = -1.0
+    if days < 0:
+        raise argparse.ArgumentTypeError(f"not a number of days >= 0: {raw!r}")
+    return days
+
+
+def _count(raw: str) -> int:
+    if not raw.isdigit():
+        raise argparse.ArgumentTypeError(f"not a whole number >= 0: {raw!r}")
+    return int(raw)
+
+
 def cmd_bench_locomo(args: argparse.Namespace) -> int:
     """LoCoMo question answering: memstrata against no memory, full context and naive RAG,
     all on the same model in one run (F1, EM, BLEU-1, optional LLM judge, abstention, cost).
@@ -360,14 +385,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="reinstall even if present")
     p.set_defaults(func=cmd_sandbox)
 
-    p = sub.add_parser("runs", help="recorded runs: list, show, export as JSONL",
+    p = sub.add_parser("runs", help="recorded runs: list, show, export as JSONL, prune",
                        description=cmd_runs.__doc__)
-    p.add_argument("action", choices=("list", "show", "export"))
+    p.add_argument("action", choices=("list", "show", "export", "prune"))
     p.add_argument("run_id", nargs="?", help="the run to show")
-    p.add_argument("--user", help="one tenant only (required by show)")
+    p.add_argument("--user", help="one tenant only (required by show and prune)")
     p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
     p.add_argument("--out", default="runs.jsonl", help="export file (default runs.jsonl)")
     p.add_argument("-n", "--limit", type=int, default=50, help="newest N runs (default 50)")
+    prune = p.add_argument_group(
+        "prune", "delete runs matching every rule given; running runs and runs that a "
+        "current item cites as evidence are kept")
+    prune.add_argument("--before", type=_iso_datetime, metavar="DATE",
+                       help="runs started before this ISO date or datetime (UTC if no zone)")
+    prune.add_argument("--older-than", type=_days, metavar="DAYS",
+                       help="runs started more than DAYS days ago")
+    prune.add_argument("--keep", type=_count, metavar="N",
+                       help="spare this tenant's N newest runs")
+    prune.add_argument("--drop-evidence", action="store_true",
+                       help="prune runs cited as evidence too (provenance then dangles)")
+    prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    prune.add_argument("--vacuum", action="store_true",
+                       help="then VACUUM the file so it shrinks (rewrites the whole file)")
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("persona", help="what memory holds about one person, with citations",
