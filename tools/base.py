@@ -33,6 +33,8 @@ class ToolCaps(BaseModel):
         max_event_chars: the largest serialised object ``event_log`` accepts.
         large_return_chars: a return at least this large counts as a leak in the
             instrumentation (it does not refuse anything).
+        max_error_chars: a refusal's message is cut to this length (it may quote the
+            agent's own arguments, which are unbounded).
     """
 
     max_slice_chars: int = Field(2000, ge=1)
@@ -48,6 +50,7 @@ class ToolCaps(BaseModel):
     max_add_chars: int = Field(2000, ge=1)
     max_event_chars: int = Field(4000, ge=1)
     large_return_chars: int = Field(2000, ge=1)
+    max_error_chars: int = Field(600, ge=80)
 
 
 class ToolError(ValueError):

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memstrata.memory import Retriever, Store
+from memstrata.packers.fit import MARK
 
 from . import context, memory_tools, naive
 from .base import Binding, CallLog, ToolCall, ToolCaps, ToolError
@@ -119,12 +120,15 @@ class ToolSession:
                 call.ids = _ids_in(result)
                 return result
             except ToolError as exc:
-                call.error = str(exc)
-                raise
+                call.error = _bounded(str(exc), self.binding.caps.max_error_chars)
+                if call.error == str(exc):
+                    raise
+                raise ToolError(call.error) from None
             except TypeError as exc:
                 # A wrong argument name or count from the agent: say which, as a refusal.
-                call.error = f"{fn.__name__}: {exc}"
-                raise ToolError(f"{fn.__name__}{inspect.signature(tool)}: {exc}") from None
+                call.error = _bounded(f"{fn.__name__}{inspect.signature(tool)}: {exc}",
+                                      self.binding.caps.max_error_chars)
+                raise ToolError(call.error) from None
             finally:
                 call.ms = round((time.perf_counter() - started) * 1000, 3)
                 self.log.calls.append(call)
@@ -132,6 +136,15 @@ class ToolSession:
         tool.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
         tool.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "b"}
         return tool
+
+
+def _bounded(message: str, limit: int) -> str:
+    """``message`` cut to ``limit`` chars, its start and end kept: refusals quote the
+    agent's arguments mid-message and end on what is allowed."""
+    if len(message) <= limit:
+        return message
+    half = (limit - len(MARK) - 2) // 2
+    return f"{message[:half]} {MARK} {message[-half:]}"
 
 
 def _loggable(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -105,6 +105,20 @@ def test_bad_input_is_refused_with_what_is_valid(tools: Tools, session: ToolSess
     assert session.log.calls[-1].error and session.log.calls[-1].name == call
 
 
+@pytest.mark.parametrize("call", ["get_entity_timeline", "get_conversation_context"])
+def test_a_refusal_quoting_a_huge_argument_is_bounded(tools: Tools, session: ToolSession,
+                                                      call: str) -> None:
+    huge = "Zed " * 50_000  # an agent's runaway argument, quoted back in the refusal
+    args = (huge, "conv-a") if call == "get_entity_timeline" else (huge,)
+    with pytest.raises(ToolError) as exc:
+        tools[call](*args)
+    limit = session.binding.caps.max_error_chars
+    assert len(str(exc.value)) <= limit and session.log.calls[-1].error == str(exc.value)
+    # Start and end survive the cut: which tool, and what would have been valid.
+    assert str(exc.value).startswith(call) and str(exc.value).endswith(
+        "Alex, Bea" if call == "get_entity_timeline" else "conv-a, conv-b, conv-c")
+
+
 def test_calls_are_logged_and_results_bounded(tools: Tools, session: ToolSession) -> None:
     for name, args in (("get_entity_timeline", ("Alex", "conv-a")),
                        ("get_conversation_context", ("conv-b",)),
