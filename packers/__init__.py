@@ -1,6 +1,8 @@
-"""Packers: what enters a prompt, bounded by an explicit token budget.
+"""Packers: what enters a prompt, bounded by an explicit budget.
 
-``pack`` turns retrieved memories into one block of provenance-tagged lines.
+``pack`` turns retrieved memories into one block of provenance-tagged lines within a
+token budget; the layer cake's packers (L0-L4) and ``ContextBuilder`` count characters,
+the unit the layers' budgets are written in.
 """
 
 from .lines import MemoryLine, PackedContext, TokenCounter, from_hits, pack, render

@@ -25,9 +25,9 @@ def summarise_artefact(text: str, budget: int, head_share: float = 0.7) -> tuple
     Whole text when it fits. Otherwise the first lines (``head_share`` of the room) and
     the last lines (the rest), on line boundaries, joined by a line holding the mark; a
     first or last line too long for its share is cut at a word boundary. Head + tail
-    because a guide's opening states what it covers and its end its conclusions; an
-    LLM-written summary (E4's) belongs to ``programs`` and can be passed to
-    :func:`pack_l3` as ``summary``. Returns (summary, truncated).
+    because a guide's opening states what it covers and its end its conclusions. The
+    runner injects this one; a caller holding a better summary (one an LLM wrote) passes
+    it to :func:`pack_l3` as ``summary``. Returns (summary, truncated).
     """
     if len(text) <= budget:
         return text, False

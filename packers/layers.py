@@ -28,15 +28,17 @@ LAYERS: tuple[str, ...] = ("L0", "L1", "L2", "L3", "L4")
 class LayerBudgets(BaseModel):
     """Characters each layer may inject, and how many strategies L2 picks per polarity.
 
-    The defaults are the seed's: a 600-char card, 1000 chars of constraints, 1000 chars
-    of artefact summary (E4's guide summary was ~935). L2's 1200 is our choice: three
-    success and three failure lines at ~200 chars each. L4 is never injected (budget 0).
+    L0, L1 and L3 default to the seed's limits, which are also their ceilings (a config
+    may shrink a layer, never grow it past the design): a 600-char card, 1000 chars of
+    constraints, 1000 chars of artefact summary (the guide's head + tail summary is
+    ~940). L2's 1200 is our choice, with no fixed ceiling: three success and three
+    failure lines at ~200 chars each. L4 is never injected (budget 0).
     """
 
-    l0: int = Field(600, ge=0, description="L0 sense card")
-    l1: int = Field(1000, ge=0, description="L1 constraints and anti-patterns")
+    l0: int = Field(600, ge=0, le=600, description="L0 sense card")
+    l1: int = Field(1000, ge=0, le=1000, description="L1 constraints and anti-patterns")
     l2: int = Field(1200, ge=0, description="L2 strategies")
-    l3: int = Field(1000, ge=0, description="L3 artefact summary")
+    l3: int = Field(1000, ge=0, le=1000, description="L3 artefact summary")
     k_success: int = Field(3, ge=0, description="L2: at most this many success strategies")
     k_failure: int = Field(3, ge=0, description="L2: at most this many failure guardrails")
     l2_line: int = Field(300, ge=1, description="L2: one strategy line is cut to this")

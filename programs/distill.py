@@ -10,7 +10,10 @@ same and goes further in three ways:
   workflow" baseline and what a model too weak to generalise can still learn from.
 - **Contrastive extraction** (MaTTS v1): with several rollouts of one task of which some
   succeeded and some failed, ``ContrastRuns`` reads both sides and names what the
-  successes did that the failures did not.
+  successes did that the failures did not. When every rollout had the same outcome
+  (the usual case, on a weak model or an easy task), ``ConsistentRuns`` reads them all
+  and keeps what they share: steps every success took are the reliable ones, mistakes
+  every failure made the real lessons (ReasoningBank's self-contrast).
 - **No generic noise.** Every draft passes the bank's own noise rule
   (``ConsolidationPolicy.noise``: too short, no content words, a repetition loop, or
   near "be careful"), must not merely restate the question, and must not repeat another
@@ -81,6 +84,21 @@ class ContrastRuns(dspy.Signature):
     avoid: Annotated[list[StrategyDraft], Field(max_length=3)] = dspy.OutputField()
 
 
+class ConsistentRuns(dspy.Signature):
+    """Several attempts at the same task had the same outcome; distil what they share.
+
+    If the outcome is success, write the strategies every attempt followed (steps they
+    agree on are the reliable ones; what only one did may be luck); if failure, write
+    the mistakes they share, each with what to do instead. Be specific to the domain;
+    never generic advice. Write at most three items.
+    """
+
+    task: str = dspy.InputField()
+    attempts: str = dspy.InputField(desc="the attempts, separated by ---, possibly truncated")
+    outcome: Literal["success", "failure"] = dspy.InputField()
+    lessons: Annotated[list[StrategyDraft], Field(max_length=3)] = dspy.OutputField()
+
+
 class Attempt(BaseModel):
     """One judged attempt at a task, as the extraction policy reads it."""
 
@@ -105,8 +123,9 @@ class ExtractionPolicy(BaseModel):
     Attributes:
         max_items: the most items one task may add (ReasoningBank's 3 by default).
         method: ``llm`` (the model distils) or ``trace`` (no model: see the module doc).
-        contrastive: with mixed outcomes across rollouts, contrast them (MaTTS v1);
-            otherwise only the selected attempt is distilled (MaTTS v0).
+        contrastive: with several rollouts, read them together (MaTTS v1): mixed
+            outcomes are contrasted, one shared outcome is distilled to what the
+            rollouts agree on; off, only the selected attempt is distilled (MaTTS v0).
         trajectory_chars: each attempt's trajectory is cut to this for the model.
         restates_task: a draft whose text is this similar (rapidfuzz ``ratio``) to the
             task's question restates it and is dropped; weak models do this often.
@@ -138,6 +157,8 @@ class ExtractionPolicy(BaseModel):
             drafts = [*self._trace(attempts[selected])]
         elif self.contrastive and wins and losses:
             drafts = self._contrast(wins, losses, handle)
+        elif self.contrastive and len(attempts) > 1:
+            drafts = self._consistent(attempts, handle)
         else:
             drafts = self._distil(attempts[selected], handle)
         return self._keep(drafts, user_id, attempts[selected], tags)
@@ -160,6 +181,16 @@ class ExtractionPolicy(BaseModel):
                 successes="\n---\n".join(self._render(a)[-share:] for a in wins),
                 failures="\n---\n".join(self._render(a)[-share:] for a in losses))
         return [*((d, "success") for d in out.do), *((d, "failure") for d in out.avoid)]
+
+    def _consistent(self, attempts: Sequence[Attempt], handle: ModelHandle | None
+                    ) -> list[tuple[StrategyDraft, str]]:
+        polarity = "success" if attempts[0].verdict.success else "failure"
+        share = max(self.trajectory_chars // len(attempts), 200)
+        with dspy.context(lm=handle.lm if handle else None):
+            out = StructuredPredict(ConsistentRuns, "ExtractionPolicy.consistent")(
+                task=attempts[0].task, outcome=polarity,
+                attempts="\n---\n".join(self._render(a)[-share:] for a in attempts))
+        return [(d, polarity) for d in out.lessons]
 
     def _trace(self, attempt: Attempt) -> list[tuple[StrategyDraft, str]]:
         # Deterministic distillation: the question, and the answer that worked or the

@@ -58,29 +58,33 @@ def count_strategies(store: Store, user_id: str) -> int:
         offset += _PAGE
 
 
-def usage_distribution(items: Sequence[StrategyItem]) -> dict[str, float]:
+def usage_distribution(uses: Sequence[int]) -> dict[str, float]:
     """Uses per active item: ``min``, ``median``, ``max`` and the ``unused`` share.
 
     Args:
-        items: The active strategies.
+        uses: One count per active strategy.
 
     Returns:
         The four figures; all 0.0 for an empty bank.
 
     Example:
-        >>> usage_distribution([StrategyItem(user_id="u", text="a", uses=0),
-        ...                     StrategyItem(user_id="u", text="b", uses=4)])
+        >>> usage_distribution([0, 4])
         {'min': 0.0, 'median': 2.0, 'max': 4.0, 'unused': 0.5}
     """
-    if not items:
+    if not uses:
         return {"min": 0.0, "median": 0.0, "max": 0.0, "unused": 0.0}
-    uses = [item.uses for item in items]
     return {
         "min": float(min(uses)),
         "median": float(statistics.median(uses)),
         "max": float(max(uses)),
         "unused": _share(sum(1 for u in uses if u == 0), len(uses)),
     }
+
+
+def injections(items: Sequence[StrategyItem], results: Sequence[TaskResult]) -> list[int]:
+    """How many of the run's tasks were shown each item (``injected_ids``), in order."""
+    shown = Counter(i for r in results for i in r.injected_ids)
+    return [shown[item.id] for item in items]
 
 
 def win_rate_halves(results: Sequence[TaskResult]) -> tuple[float | None, float | None]:
@@ -105,13 +109,17 @@ def win_rate_halves(results: Sequence[TaskResult]) -> tuple[float | None, float 
             _share(sum(r.success for r in second), len(second)))
 
 
-def memory_health(store: Store, user_id: str, results: Sequence[TaskResult]) -> MemoryHealth:
+def memory_health(store: Store, user_id: str, results: Sequence[TaskResult], *,
+                  counted: bool = True) -> MemoryHealth:
     """Measure the strategy bank after a run.
 
     Args:
         store: The store the run used (its ``memory.db``).
         user_id: The tenant that holds the run's strategy bank.
         results: The run's task results, in task order.
+        counted: whether the run wrote the bank's usage counters (only a learning run's
+            loop does). When not, usage is each item's injections in this run instead, so a
+            retrieval-only run (E5, E6) does not read as "every item unused".
 
     Returns:
         Size (``active``, ``total``, ``by_polarity``), what consolidation did with the
@@ -141,5 +149,7 @@ def memory_health(store: Store, user_id: str, results: Sequence[TaskResult]) -> 
         win_rate_first_half=first,
         win_rate_second_half=second,
         win_rate_drift=drift,
-        usage=usage_distribution(active),
+        usage=usage_distribution([item.uses for item in active] if counted
+                                 else injections(active, results)),
+        usage_source="bank counters" if counted else "injections this run",
     )

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import dspy
 from memstrata.memory.models import StrategyItem
 from memstrata.packers.context import Mode
-from memstrata.packers.layers import derived_constraints
+from memstrata.packers.layers import LayerBudgets, derived_constraints
 from memstrata.programs.executors import ExecutorRun, ExecutorSettings
 from memstrata.programs.judging import Check
 from memstrata.tools import Binding, ToolSession
@@ -80,7 +80,8 @@ def _sparql_tool(naive: bool) -> Callable[..., dict[str, Any]]:
         Args:
             query: the whole query, PREFIX lines included.
         """
-        out = execute(str(query), timeout_s=10.0, max_rows=10_000 if naive else 1_000)
+        out = execute(str(query), timeout_s=QUERY_TIMEOUT_S,
+                      max_rows=GRADE_ROWS if naive else CHECK_ROWS)
         rows = out.rows if naive else out.rows[:ROWS_SHOWN]
         return {"status": out.status, "error": (out.error or "")[:300] or None,
                 "variables": out.variables, "n_rows": len(out.rows),
@@ -133,10 +134,12 @@ class OntologySuite(Suite):
         """The full task (gold included) behind a runner task."""
         return self._tasks[task_id]
 
-    def sources(self) -> LayerSources:
-        """The card, curated + derived constraints, and the materialised guide."""
+    def sources(self, budgets: LayerBudgets | None = None) -> LayerSources:
+        """The card (built to L0's budget: a smaller card re-selects its items rather
+        than losing its last lines), curated + derived constraints, and the guide."""
         constraints, _ = load_seed(self._seed, self.user_id, self.scope)
-        return LayerSources(card=sense_card(), constraints=constraints,
+        card = sense_card((budgets or LayerBudgets()).l0)
+        return LayerSources(card=card, constraints=constraints,
                             derived=derived_constraints(ADVICE),
                             artefact=("guide:brick", ontology_guide()))
 

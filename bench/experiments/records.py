@@ -9,7 +9,7 @@ the interface outside checks read (``experiment``, ``tasks``, ``success_rate``,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memstrata.memory.bank import Action
 from memstrata.programs.judging import Verdict
@@ -21,8 +21,9 @@ class BankAction(BaseModel):
 
     title: str
     polarity: str
-    action: Action = Field(description="the consolidation decision (append-only: add, or "
-                           "merge for an exact duplicate)")
+    action: Action = Field(description="the consolidation decision: add, merge (a "
+                           "duplicate), supersede or discard; append-only runs only add or "
+                           "merge exact duplicates")
     rule: str = ""
     item_id: str | None = None
     target_id: str | None = None
@@ -43,7 +44,8 @@ class TaskResult(BaseModel):
     findings: list[str] = Field(default_factory=list, description="anti-pattern names")
     rollouts: int = 1
     selected: int = Field(0, description="index of the rollout kept")
-    steps: int = Field(0, description="agent iterations, summed over rollouts")
+    steps: int = Field(0, description="agent iterations, summed over rollouts (the cost)")
+    selected_steps: int = Field(0, description="agent iterations of the rollout kept")
     llm_calls: int = Field(0, description="every LLM call: agent, judge, extraction")
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -84,6 +86,9 @@ class MemoryHealth(BaseModel):
     win_rate_drift: float | None = Field(None, description="second half minus first half")
     usage: dict[str, float] = Field(
         default_factory=dict, description="uses per active item: min, median, max, unused")
+    usage_source: Literal["bank counters", "injections this run"] = Field(
+        "bank counters", description="what ``usage`` counts: the bank's counters (written "
+        "by a learning run's loop) or this run's injections (a run that does not learn)")
 
 
 class RunSummary(BaseModel):
@@ -103,6 +108,8 @@ class RunSummary(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     tool_calls_per_task: float = 0.0
+    selected_steps_per_task: float = Field(
+        0.0, description="steps of the kept rollout; steps_per_task sums every rollout")
     wall_s: float = 0.0
     mean_context_chars: float = 0.0
     max_prompt_chars: int = 0

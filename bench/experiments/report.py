@@ -82,6 +82,7 @@ def summarise(*, experiment: str, title: str, suite: str, model: str,
         prompt_tokens=sum(r.prompt_tokens for r in results),
         completion_tokens=sum(r.completion_tokens for r in results),
         tool_calls_per_task=mean([r.tool_calls for r in results]),
+        selected_steps_per_task=mean([r.selected_steps for r in results]),
         wall_s=round(sum(r.wall_s for r in results), 4),
         mean_context_chars=mean([r.context_chars for r in results]),
         max_prompt_chars=max((r.max_prompt_chars for r in results), default=0),
@@ -150,7 +151,7 @@ def _health_lines(health: MemoryHealth | None) -> list[str]:
         ("retired", health.retired),
         ("win rate shown strategies: first half / second half / drift",
          " / ".join(cell(v) for v in drift)),
-        ("uses per active item", _pairs(health.usage)),
+        (f"uses per active item ({health.usage_source})", _pairs(health.usage)),
     ])
 
 
@@ -197,7 +198,8 @@ def render_markdown(summary: RunSummary, results: Sequence[TaskResult],
         ("wall time (s)", s.wall_s), ("prompt tokens", s.prompt_tokens),
         ("completion tokens", s.completion_tokens), ("LLM calls", s.llm_calls),
         ("LLM calls per task", round(s.llm_calls / s.tasks, 4) if s.tasks else 0.0),
-        ("steps per task", s.steps_per_task),
+        ("steps per task (every rollout)", s.steps_per_task),
+        ("steps per task (rollout kept)", s.selected_steps_per_task),
         ("tool calls per task", s.tool_calls_per_task)]))
     section("Leakage", table(["figure", "value"], [
         ("mean injected context chars", s.mean_context_chars),

@@ -139,7 +139,7 @@ class Runner:
                 "db_before": store.state_pointer(user), "resumed_after": len(done)}
             (self.out / "config.json").write_text(
                 json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
-            sources = suite.sources()
+            sources = suite.sources(cfg.budgets)
             if self.embedder is not None:
                 # The seed pack, and on resume a bank grown before dense was on: every
                 # active strategy needs a vector before the first L2 build ranks them.
@@ -157,7 +157,8 @@ class Runner:
                     fh.flush()
             meta["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
             meta["db_after"] = store.state_pointer(user)
-            health = memory_health(store, user, results) \
+            # Only a learning run's loop writes the bank's usage counters.
+            health = memory_health(store, user, results, counted=cfg.learn) \
                 if cfg.learn or "L2" in cfg.layers else None
             summary = summarise(experiment=cfg.experiment, title=cfg.title, suite=suite.name,
                                 model=self.handle.name, results=results, health=health,
@@ -207,6 +208,7 @@ class Runner:
             converged=run.converged and grade.status in ("ok", "answered"),
             status=grade.status, findings=grade.findings, rollouts=len(attempts),
             selected=selected, steps=sum(len(r.steps) for r, _, _ in attempts),
+            selected_steps=len(run.steps),
             tool_calls=sum(r.leakage.tool_calls for r, _, _ in attempts),
             context_chars=ctx.total_chars,
             layer_chars={ly: p.chars for ly, p in ctx.layers.items()},

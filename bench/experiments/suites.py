@@ -19,6 +19,7 @@ import dspy
 from memstrata.memory.models import StrategyItem
 from memstrata.memory.store import Store
 from memstrata.packers.context import Mode
+from memstrata.packers.layers import LayerBudgets
 from memstrata.programs.executors import ExecutorRun, ExecutorSettings
 from memstrata.programs.judging import Check
 from memstrata.tools import ToolSession
@@ -69,8 +70,9 @@ class Suite(ABC):
     def prepare(self, store: Store) -> None:  # noqa: B027 - most suites need no data
         """Load what the tasks need into ``store`` (nothing by default)."""
 
-    def sources(self) -> LayerSources:
-        """The layers' raw material (none by default)."""
+    def sources(self, budgets: LayerBudgets | None = None) -> LayerSources:
+        """The layers' raw material (none by default); ``budgets`` lets a source that is
+        built to a size (the L0 card) be built to the run's."""
         return LayerSources()
 
     def seed_pack(self) -> list[StrategyItem]:

@@ -99,9 +99,20 @@ def test_drift_needs_two_shown_tasks(tmp_path: Path) -> None:
 
 
 def test_usage_median_of_even_count() -> None:
-    items = [StrategyItem(user_id="u", text=str(n), uses=n) for n in (1, 2, 4, 10)]
-    assert usage_distribution(items) == {"min": 1.0, "median": 3.0, "max": 10.0,
-                                         "unused": 0.0}
+    assert usage_distribution([1, 2, 4, 10]) == {"min": 1.0, "median": 3.0, "max": 10.0,
+                                                 "unused": 0.0}
+
+
+def test_a_run_that_does_not_learn_counts_usage_by_its_injections(store: Store) -> None:
+    active = {i.title: i.id for i in store.items("u", kind="strategy") if i.valid_to is None}
+    shown = [result(n).model_copy(update={"injected_ids": ids}) for n, ids in enumerate(
+        [[active["Probe classes"]], [active["Probe classes"], active["Bind types"]]])]
+    h = memory_health(store, "u", shown, counted=False)
+    # Probe classes shown twice, Bind types once, No bare predicates never; the bank's
+    # own counters (3, 0, 5) are not what this run did.
+    assert h.usage == {"min": 0.0, "median": 1.0, "max": 2.0, "unused": round(1 / 3, 4)}
+    assert h.usage_source == "injections this run"
+    assert memory_health(store, "u", shown).usage_source == "bank counters"
 
 
 def test_drafts_dropped_before_consolidation_are_counted(store: Store) -> None:

@@ -93,6 +93,55 @@ def test_runner_end_to_end_on_dummy_lm(tmp_path: Path, task_file: Path,
     assert "## Learning curve" in (out / "summary.md").read_text()
 
 
+def test_cli_runs_an_experiment_and_prints_the_interface(
+        tmp_path: Path, task_file: Path, three: list[Any], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import memstrata.experiment_commands as commands
+
+    order = _order(load_config("E1"), OntologySuite(task_file))
+    asked: list[str] = []
+
+    def model(args: Any) -> Any:
+        asked.append(args.lm)
+        return wrap_lm(_dummy_e1(three, order), args.lm)
+
+    monkeypatch.setattr(commands, "model_from_args", model)
+    out = tmp_path / "cli-e1"
+    assert main(["experiment", "E1", "--suite", "ontology", "--task-file", str(task_file),
+                 "--lm", "local/dummy", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert asked == ["local/dummy"] and list(printed) == INTERFACE
+    assert printed == {k: json.loads((out / "summary.json").read_text())[k] for k in INTERFACE}
+    assert printed["tasks"] == 3 and printed["budget_violations"] == 0
+
+
+def test_a_context_over_budget_is_counted_and_fails_the_command(
+        tmp_path: Path, task_file: Path, three: list[Any], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import memstrata.packers.context as context
+    from memstrata.packers import PackedLayer
+
+    import memstrata.experiment_commands as commands
+
+    def overflowing(items: Any, *, budget: int, **_: Any) -> PackedLayer:
+        text = "x" * (budget + 1)  # a packer that breaks its budget
+        return PackedLayer(layer="L2", text=text, chars=len(text), budget=budget)
+
+    monkeypatch.setattr(context, "pack_l2", overflowing)
+    monkeypatch.setattr(commands, "model_from_args", lambda args: wrap_lm(DummyLM(
+        [{"next_thought": "t", "next_tool_name": "finish", "next_tool_args": {}},
+         {"reasoning": "r", "sparql": "SELECT ?x WHERE { ?x ?p ?o } LIMIT 1"}] * 3,
+        adapter=dspy.JSONAdapter()), "dummy"))
+    out = tmp_path / "cli-e5"
+    assert main(["experiment", "E5", "--task-file", str(task_file), "--out", str(out)]) == 1
+    # Per task: the layer over its budget, one line for no id, the total over its bound.
+    assert json.loads(capsys.readouterr().out)["budget_violations"] == 3 * 3
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for r in results:
+        assert [v.split(":")[0] for v in r["budget_violations"]] == ["L2", "L2", "total"]
+        assert "chars > budget 1200" in r["budget_violations"][0]
+
+
 def _scripted_loop(three: list[Any], *, fail_first_rollout: bool = False):
     """A model that writes the gold query, judges success, and distils one lesson."""
     gold = {t.question: t.gold_sparql for t in three}
@@ -201,6 +250,9 @@ def test_rollouts_select_by_judge_and_contrast(tmp_path: Path, task_file: Path,
     # Rollout 0 writes a bare SELECT; the judge's checks fail it and a later one is kept.
     assert all(r["rollouts"] == 3 and r["selected"] == 1 for r in results)
     assert summary.success_rate == 1.0
+    # Steps cost every rollout; the kept rollout's own steps are reported beside them.
+    assert all(r["steps"] == 3 * r["selected_steps"] > 0 for r in results)
+    assert summary.steps_per_task == 3 * summary.selected_steps_per_task
     # Mixed outcomes: contrastive extraction gives one strategy and one guardrail.
     first = results[0]["extracted"]
     assert sorted(a["polarity"] for a in first) == ["failure", "success"]
@@ -288,6 +340,19 @@ def _executor_run(answer: str) -> Any:
 
     return ExecutorRun(run_id="r", executor="react", answer=answer, converged=True,
                        leakage=Leakage(), usage=Usage(), wall_s=0.0)
+
+
+def test_the_card_is_built_to_the_runs_l0_budget(task_file: Path) -> None:
+    from memstrata.bench.ontology.card import sense_card
+    from memstrata.packers import LayerBudgets, pack_l0
+
+    suite = OntologySuite(task_file)
+    assert suite.sources().card == sense_card(600)
+    small = suite.sources(LayerBudgets(l0=300)).card
+    assert small == sense_card(300) and len(small) <= 300
+    # Re-selected to fit, not the full card's first lines: cutting those would lose
+    # every item after the namespaces.
+    assert "Class facts:" in small and "Class facts:" not in pack_l0(sense_card(600), 300).text
 
 
 def test_suite_checks_need_no_gold(three: list[Any]) -> None:

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memstrata.memory import Store
@@ -22,6 +23,7 @@ from memstrata.packers.layers import (
     pack_l4,
     strategy_score,
 )
+from pydantic import ValidationError
 
 from tests.conftest import FakeEmbedder
 
@@ -51,6 +53,14 @@ def test_fit_primitives_never_exceed(text: str, budget: int) -> None:
     assert len(cut_words(text, budget)) <= budget
     out, _, _ = fit_lines(text.splitlines(), budget)
     assert len(out) <= budget
+
+
+def test_the_seed_layer_limits_are_ceilings() -> None:
+    for field, limit in (("l0", 600), ("l1", 1000), ("l3", 1000)):
+        assert LayerBudgets(**{field: limit}).of(field.upper()) == limit
+        with pytest.raises(ValidationError, match=field):
+            LayerBudgets(**{field: limit + 1})
+    assert LayerBudgets(l2=5000).l2 == 5000  # L2's size is ours to choose
 
 
 @given(texts, budgets)
@@ -166,7 +176,8 @@ def _seed(store: Store) -> None:
 
 
 layer_sets = st.sets(st.sampled_from(["L0", "L1", "L2", "L3", "L4"]))
-budget_models = st.builds(LayerBudgets, l0=budgets, l1=budgets, l2=budgets, l3=budgets,
+budget_models = st.builds(LayerBudgets, l0=st.integers(0, 12) | st.integers(0, 600),
+                          l1=st.integers(0, 1000), l2=budgets, l3=st.integers(0, 1000),
                           k_success=st.integers(0, 4), k_failure=st.integers(0, 4),
                           l2_line=st.integers(1, 400))
 

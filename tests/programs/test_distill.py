@@ -46,6 +46,10 @@ def _model(lessons: list[dict[str, str]] | None = None, *, do: list[dict[str, st
 
     def reply(system: str, user: str, schema: dict[str, Any] | None) -> dict[str, Any]:
         props = set((schema or {}).get("properties", {}))
+        if props == {"lessons"} and "Attempts:" in user:
+            seen.append({"program": "consistent", "outcome": field(user, "outcome"),
+                         "attempts": field(user, "attempts")})
+            return {"lessons": lessons or []}
         if props == {"lessons"}:
             seen.append({"program": "distill", "outcome": field(user, "outcome"),
                          "trajectory": field(user, "trajectory")})
@@ -142,16 +146,31 @@ def test_contrastive_with_mixed_verdicts_contrasts_the_rollouts(scripted: Any) -
     assert handle.meter.since(0).calls == 1
 
 
-def test_contrastive_with_one_outcome_distils_the_selected_attempt(scripted: Any) -> None:
+@pytest.mark.parametrize(("verdict", "polarity"), [(WIN, "success"), (LOSS, "failure")])
+def test_contrastive_with_one_outcome_reads_every_rollout(scripted: Any, verdict: Verdict,
+                                                          polarity: str) -> None:
     reply, seen = _model(GOOD[:1], do=GOOD[1:2])
-    attempts = [attempt(WIN, run_id="r0", trajectory="first try"),
-                attempt(WIN, run_id="r1", trajectory="second try")]
+    attempts = [attempt(verdict, run_id="r0", trajectory="first try"),
+                attempt(verdict, run_id="r1", trajectory="second try")]
     out = ExtractionPolicy(contrastive=True).extract(user_id=U, attempts=attempts,
                                                      selected=1, handle=scripted(reply))
-    assert [s["program"] for s in seen] == ["distill"]
-    assert "second try" in seen[0]["trajectory"] and "first try" not in seen[0]["trajectory"]
+    [call] = seen
+    assert call["program"] == "consistent" and call["outcome"] == polarity
+    assert "first try" in call["attempts"] and "second try" in call["attempts"]
     assert [(i.title, i.polarity, i.evidence) for i in out.items] == [
-        (GOOD[0]["title"], "success", ["r1"])]
+        (GOOD[0]["title"], polarity, ["r1"])]
+
+
+def test_one_rollout_or_contrast_off_distils_the_selected_attempt(scripted: Any) -> None:
+    for policy, attempts in (
+            (ExtractionPolicy(contrastive=True), [attempt(WIN, trajectory="only try")]),
+            (ExtractionPolicy(), [attempt(WIN, run_id="r0", trajectory="first try"),
+                                  attempt(LOSS, run_id="r1", trajectory="only try")])):
+        reply, seen = _model(GOOD[:1])
+        policy.extract(user_id=U, attempts=attempts, selected=len(attempts) - 1,
+                       handle=scripted(reply))
+        assert [s["program"] for s in seen] == ["distill"]
+        assert "only try" in seen[0]["trajectory"] and "first" not in seen[0]["trajectory"]
 
 
 def test_trace_success_keeps_the_answer_without_a_model() -> None:
