@@ -87,8 +87,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise SystemExit(f"memstrata: no store at {args.db} (create one with 'memstrata load')")
     filters = Filters(
         kinds=args.kind, speaker=args.speaker, conversation_id=args.conversation,
-        start=datetime.fromisoformat(args.since) if args.since else None,
-        end=datetime.fromisoformat(args.until) if args.until else None,
+        start=args.since, end=args.until,
     )
     with Store.open(args.db) as store:
         model_has_vectors = bool(store.counts(args.user)["embeddings"])
@@ -328,8 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", action="append", help="only this kind ('turn', 'fact', ...)")
     p.add_argument("--speaker", help="only what this speaker said")
     p.add_argument("--conversation", help="only this conversation")
-    p.add_argument("--since", help="event time from (ISO date)")
-    p.add_argument("--until", help="event time until (ISO date)")
+    p.add_argument("--since", type=_iso_datetime, help="event time from (ISO date)")
+    p.add_argument("--until", type=_iso_datetime, help="event time until (ISO date)")
     p.add_argument("--no-dense", action="store_true", help="skip the embedding channel")
     p.add_argument("--weights", help='fusion knobs as JSON, e.g. \'{"dense": 0.5}\'')
     p.set_defaults(func=cmd_search)

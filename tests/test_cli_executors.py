@@ -75,3 +75,13 @@ def test_caps_flag_is_validated(db: Path) -> None:
         main(["rlm", "q?", "--user", "conv-1", "--db", str(db), "--caps", "{bad"])
     with pytest.raises(SystemExit, match="--caps must be a JSON object"):
         main(["rlm", "q?", "--user", "conv-1", "--db", str(db), "--caps", '{"max_get": 0}'])
+
+
+def test_search_takes_iso_dates_and_refuses_others_clearly(
+        db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", "guinea pig", "--user", "conv-1", "--db", str(db), "--no-dense",
+                 "--since", "2000-01-01", "--until", "2100-01-01T00:00"]) == 0
+    assert "guinea pig" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["search", "guinea pig", "--user", "conv-1", "--db", str(db), "--since", "May"])
+    assert "not an ISO date" in capsys.readouterr().err
