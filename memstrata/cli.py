@@ -15,17 +15,21 @@ from pathlib import Path
 from memstrata.agent_commands import (
     THREADS_HELP,
     add_model_args,
+    add_prefix_cache_arg,
     caps_from_json,
     cmd_rlm,
     cmd_runs,
     cmd_sandbox,
     executor_settings_from_args,
+    lm_help,
     model_from_args,
 )
 from memstrata.chat_commands import cmd_chat, cmd_facts
 from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
+from memstrata.model_commands import add_doctor_parser, add_models_parser
 from memstrata.personal_commands import add_reconcile_args, cmd_reconcile
+from memstrata.programs.models import EMBEDDED
 from memstrata.verify_commands import add_verify_parser
 
 DEFAULT_DB = "memstrata.db"
@@ -182,7 +186,8 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
     if args.budget is not None and args.budget < 0:
         raise SystemExit("memstrata: --budget must be >= 0")
     budget = {"budget": args.budget} if args.budget is not None else {}
-    handle = setup_lm(args.lm, api_base=args.api_base, n_ctx=args.n_ctx, n_threads=args.threads)
+    handle = setup_lm(args.lm, api_base=args.api_base, n_ctx=args.n_ctx, n_threads=args.threads,
+                      prefix_cache=args.prefix_cache)
     judge = setup_lm(args.judge, api_base=args.judge_api_base) if args.judge else None
     try:
         doc = run_locomo_bench(
@@ -364,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=60.0,
                    help="fuzzy score below which a prediction is violated (60)")
     p.add_argument("--top-k", type=int, default=10, help="facts shown to the responder (10)")
-    add_model_args(p)
+    add_model_args(p, prefix_cache="ram")  # its two programs alternate
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("facts", help="list, search or delete a user's VoE facts",
@@ -426,6 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_reconcile)
 
     add_experiment_parser(sub)
+    add_models_parser(sub)
+    add_doctor_parser(sub, _SHARED / "locomo_dev.json")
 
     bench = sub.add_parser("bench", help="benchmarks (retrieval, locomo, scale, leakage, tools)",
                            description="Benchmarks; each writes JSON and a PNG chart to --out.")
@@ -459,10 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description=cmd_bench_locomo.__doc__)
     _add_data_arg(p)
     _add_audit_arg(p)
-    p.add_argument("--lm", default="local/smollm2",
-                   help="the answering model: local/smollm2 (embedded, offline; default), "
-                   "local/PATH.gguf, or any litellm provider/model, e.g. openai/gpt-4o-mini "
-                   "(keys from the environment)")
+    p.add_argument("--lm", default=EMBEDDED, help=lm_help("the answering model"))
     p.add_argument("--api-base", help="server address for --lm (Ollama, vLLM, llama.cpp)")
     p.add_argument("--judge", help="model for LLM-as-judge accuracy (same forms as --lm); "
                    "without it the judge columns are null")
@@ -474,11 +478,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--systems", help="comma-separated subset of memstrata, naive_rag, "
                    "no_memory, full_context (default: all four)")
     p.add_argument("--budget", type=int,
-                   help="memory tokens packed per question (default: 200 for local models, "
-                   "which read best from a few lines; 600 for others)")
+                   help="memory tokens packed per question (default 600; 200 for "
+                   "local/smollm2, which reads best from a few lines)")
     p.add_argument("--n-ctx", type=int, default=8192,
                    help="context window of a local model in tokens (default 8192)")
     p.add_argument("--threads", type=int, help=THREADS_HELP)
+    add_prefix_cache_arg(p)
     p.add_argument("--out", default="out", help="output folder and answer cache (default ./out)")
     p.add_argument("--no-dense", action="store_true", help="memstrata without embeddings")
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
@@ -521,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversations", help="comma-separated sample ids")
     p.add_argument("--no-dense", action="store_true", help="skip the embedding cosine")
     p.add_argument("--out", default="out", help="output folder (default ./out)")
-    add_model_args(p)
+    add_model_args(p, prefix_cache="ram")  # its two programs alternate
     p.set_defaults(func=cmd_bench_voe)
 
     p = bsub.add_parser("tools", help="latency of every handle tool at N items",

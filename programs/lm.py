@@ -1,6 +1,7 @@
 """One place that turns a user's model choice into a configured, metered DSPy LM.
 
-``setup_lm("local/smollm2")`` is the embedded offline model (``LlamaCppEngine``); any other
+``setup_lm("local/NAME")`` runs a model of the offline catalogue in-process
+(``LlamaCppEngine``; ``programs/models.py``), ``local/PATH.gguf`` any GGUF file; any other
 ``provider/model`` goes to litellm through ``dspy.LM`` (keys from the environment,
 ``api_base`` for Ollama, vLLM or llama.cpp servers). Every LM carries a ``CallMeter``.
 """
@@ -10,15 +11,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import dspy
 
 from .errors import ModelSetupError
-from .llama_engine import DEFAULT_N_CTX, LlamaCppEngine
+from .llama_engine import DEFAULT_N_CTX, LlamaCppEngine, PrefixCache
 from .meter import CallMeter
+from .models import EMBEDDED, MODELS, model_path
 
-EMBEDDED = "local/smollm2"
 LOCAL_PREFIX = "local/"
 # When litellm does not know a model's window, assume a small one rather than overflow.
 FALLBACK_WINDOW = 8192
@@ -86,7 +88,7 @@ def _check_litellm_model(model: str, api_base: str | None) -> None:
     except Exception as exc:
         raise ModelSetupError(
             f"litellm does not know the model {model!r}. Name it as provider/model, "
-            f"for example: {'; '.join(EXAMPLES)}; or use the embedded {EMBEDDED}.") from exc
+            f"for example: {'; '.join(EXAMPLES)}; or use the offline {EMBEDDED}.") from exc
     if api_base:
         return  # a local server: no key needed, and litellm cannot tell which it wants
     env = litellm.validate_environment(model=model)
@@ -94,17 +96,36 @@ def _check_litellm_model(model: str, api_base: str | None) -> None:
         missing = ", ".join(env.get("missing_keys") or ["the provider's API key"])
         raise ModelSetupError(
             f"{model} ({provider}) needs {missing} set in the environment; or use the "
-            f"embedded {EMBEDDED}, which needs nothing.")
+            f"offline {EMBEDDED}, which needs no key.")
+
+
+def local_model_path(choice: str) -> Path:
+    """The GGUF file a ``local/...`` choice names: a catalogue model or a path.
+
+    Raises:
+        ModelSetupError: a catalogue model that is not installed (with the install
+            command), or a path that is not a file (with the catalogue's names).
+    """
+    name = choice[len(LOCAL_PREFIX):]
+    if name in MODELS:
+        return model_path(name)
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise ModelSetupError(
+            f"{choice}: no GGUF model file at {path}; name a GGUF file (local/PATH.gguf) or one of "
+            f"{', '.join(LOCAL_PREFIX + m for m in MODELS)} (memstrata models list)")
+    return path
 
 
 def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature: float = 0.0,
              max_tokens: int = 256, n_ctx: int = DEFAULT_N_CTX, cache: bool = False,
-             engine: Any = None, n_threads: int | None = None) -> ModelHandle:
+             engine: Any = None, n_threads: int | None = None,
+             prefix_cache: PrefixCache = "last") -> ModelHandle:
     """A configured LM for ``choice``.
 
     Args:
-        choice: ``local/smollm2`` (embedded), ``local/PATH.gguf`` (any GGUF file), or any
-            litellm ``provider/model``.
+        choice: ``local/NAME`` (a model of ``memstrata models list``), ``local/PATH.gguf``
+            (any GGUF file), or any litellm ``provider/model``.
         api_base: a server address for self-hosted providers (Ollama, vLLM, llama.cpp).
         temperature: sampling temperature; 0 by default so benchmark runs repeat.
         max_tokens: the longest output per call.
@@ -114,6 +135,8 @@ def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature
         n_threads: CPU threads of a local model (default: every core). On a machine
             shared with other work, fewer threads than cores decode faster: threads
             that wait on a busy core stall the others at every step.
+        prefix_cache: how a local model carries evaluated prompt prefixes across calls
+            (``last``, ``ram`` or ``off``; see ``LlamaCppEngine``).
 
     Raises:
         ModelSetupError: what to install or set, when the model cannot be set up.
@@ -125,8 +148,9 @@ def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature
     meter = CallMeter()
     if choice.startswith(LOCAL_PREFIX) or engine is not None:
         if engine is None:
-            path = None if choice == EMBEDDED else choice[len(LOCAL_PREFIX):]
-            engine = LlamaCppEngine(path, n_ctx=n_ctx, n_threads=n_threads)
+            engine = LlamaCppEngine(local_model_path(choice), n_ctx=n_ctx, n_threads=n_threads,
+                                    prefix_cache=prefix_cache)
+            engine.preflight()  # a build that crashes on this CPU fails here, with the fix
         lm = dspy.LM(choice, engine=engine, temperature=temperature, max_tokens=max_tokens,
                      cache=cache, num_retries=0, callbacks=[meter])
         counter = getattr(engine, "count_tokens", None)

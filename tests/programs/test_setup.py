@@ -28,6 +28,9 @@ class FakeLlama:
     def tokenize(self, data: bytes, add_bos: bool = False, special: bool = False) -> list[int]:
         return list(range(len(data.split())))
 
+    def reset(self) -> None:
+        self.calls.append("reset")
+
 
 def _engine(tmp_path, llama: FakeLlama) -> LlamaCppEngine:
     gguf = tmp_path / "m.gguf"
@@ -59,6 +62,20 @@ def test_bounds_llama_cpp_cannot_parse_are_lowered() -> None:
     assert schema["properties"]["code"]["maxLength"] == 5000  # the caller's schema untouched
 
 
+def test_a_property_with_a_default_is_optional_for_the_grammar() -> None:
+    # DSPy's strict schema requires every property; a grammar would then make a small
+    # model fill in every optional field.
+    fact = {"type": "object", "additionalProperties": False,
+            "properties": {"subject": {"type": "string"},
+                           "time": {"type": "string", "default": ""}},
+            "required": ["subject", "time"]}
+    schema = {"type": "object", "properties": {"facts": {"type": "array", "items": fact}},
+              "required": ["facts"]}
+    out = _response_format({"type": "json_schema", "schema": schema})["schema"]
+    assert out["properties"]["facts"]["items"]["required"] == ["subject"]
+    assert out["required"] == ["facts"]
+
+
 def test_engine_maps_request_and_usage(tmp_path) -> None:
     llama = FakeLlama()
     engine = _engine(tmp_path, llama)
@@ -77,6 +94,18 @@ def test_engine_maps_request_and_usage(tmp_path) -> None:
     assert (response.usage.input_tokens, response.usage.output_tokens) == (12, 5)
     assert engine.count_tokens("three little words") == 3
     assert LlamaCppEngine.load_state(engine.dump_state()).model_path == engine.model_path
+
+
+def test_prefix_cache_off_evaluates_every_prompt_whole(tmp_path) -> None:
+    request = Request(model="local/m", messages=(Message.user("hi"),))
+    for mode, resets in (("off", 2), ("last", 0), ("ram", 0)):
+        llama = FakeLlama()
+        engine = _engine(tmp_path, llama)
+        engine.prefix_cache = mode
+        engine.complete(request)
+        engine.complete(request)
+        assert llama.calls.count("reset") == resets
+        assert LlamaCppEngine.load_state(engine.dump_state()).prefix_cache == mode
 
 
 def test_engine_turns_a_window_overflow_into_a_context_length_error(tmp_path) -> None:
