@@ -142,6 +142,7 @@ def run_facts_bench(
             "entities": sum(r.kept.get("entities", 0) for r in reports),
             "proposed": dict(sum((Counter(r.proposed) for r in reports), Counter())),
             "rejected": dict(sum((Counter(r.rejected) for r in reports), Counter())),
+            "cleared": dict(sum((Counter(r.cleared) for r in reports), Counter())),
             "superseded": sum(r.hierarchy.superseded for r in reports),
             "evidence_turns_covered": covered,
         },
@@ -170,7 +171,8 @@ def facts_table(doc: dict[str, Any]) -> str:
              f"{ing['seconds']} s, {ing['failed_chunks']} failed and {ing['empty_chunks']} empty "
              f"chunks; kept {ing['facts']} "
              f"facts, {ing['qa']} QA pairs, {ing['entities']} entities of {ing['proposed']}; "
-             f"rejected {ing['rejected']}; evidence turns cited by a fact: "
+             f"rejected {ing['rejected']}; fields cleared {ing.get('cleared', {})}; "
+             "evidence turns cited by a fact: "
              f"{ing['evidence_turns_covered']}"]
     return "\n".join(rows)
 

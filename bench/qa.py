@@ -64,13 +64,13 @@ class QASettings(BaseModel):
 
     @classmethod
     def for_model(cls, name: str, **overrides: Any) -> QASettings:
-        """Defaults for a model: a small local model reads best from a few lines.
+        """Defaults for a model: the 135M SmolLM2 reads best from a few lines.
 
         On LoCoMo dev questions SmolLM2-135M scored F1 0.12-0.15 with 120-160 memory
         tokens and 0.07-0.12 with 250-600 (40-80 questions a setting): past a few lines,
-        more memories distract it more than they inform it. API models get 600.
+        more memories distract it more than they inform it. Other models get 600.
         """
-        if name.startswith("local/"):
+        if name == "local/smollm2":
             overrides.setdefault("budget", 200)
         return cls(**overrides)
 

@@ -12,7 +12,9 @@ pairs for a chunk of turns. Nothing it says about provenance is taken on trust:
   participants: "I"/"my" is the speaker, "you" the other participant, a first name or a
   close spelling the participant it names; anyone else stays as written;
 * **time** is resolved deterministically (``timeparse``) against the evidence turn's
-  date: the model's phrase when it gives one, else the first time phrase of the turn.
+  date: the model's phrase when the turn says it, else the first time phrase of the turn;
+* a **time or location the evidence turn does not say** is cleared (the fact stays):
+  small models copy a worked example's "yesterday" or "Lyon" into every fact.
 
 Every rejection is counted by reason, so an extractor that produces junk shows as junk.
 """
@@ -84,6 +86,8 @@ class Grounded(BaseModel):
     qa: list[QAPairItem] = Field(default_factory=list)
     entities: list[EntityItem] = Field(default_factory=list)
     rejected: Counter[str] = Field(default_factory=Counter)
+    cleared: Counter[str] = Field(default_factory=Counter)
+    """Fields of kept facts that were dropped because their evidence turn does not say them."""
     unresolved_times: int = 0
 
 
@@ -162,24 +166,31 @@ def _fact(raw: ExtractedFact, chunk: Chunk, participants: Sequence[str], user_id
         return
     first = evidence[0]
     about = resolve_person(raw.subject, first.speaker, participants)
-    span = _time(raw.time, first)
-    if raw.time.strip() and span is None:
+    said = _fold(with_caption(first.text, first.metadata))
+    phrase, where = raw.time.strip(), raw.location.strip()
+    for name, value in (("time", phrase), ("location", where)):
+        if value and _fold(value) not in said:
+            out.cleared[f"{name} not in turn"] += 1
+    phrase = phrase if phrase and _fold(phrase) in said else ""
+    where = where if where and _fold(where) in said else ""
+    span = _time(phrase, first)
+    if phrase and span is None:
         out.unresolved_times += 1  # the fact stays; the words stay in time_text
     subject = about if about in participants else raw.subject.strip()
     text = f"{subject} {raw.predicate.strip()} {raw.object.strip()}"
-    if raw.location.strip():
-        text += f" in {raw.location.strip()}"
+    if where:
+        text += f" in {where}"
     if span is not None:
         text += f" ({span.resolved})"
     support = max(_support(f"{raw.predicate} {raw.object}", evidence))
     out.facts.append(FactItem(
         user_id=user_id, text=text, subject=subject, predicate=raw.predicate.strip(),
-        object=raw.object.strip(), location=raw.location.strip() or None,
+        object=raw.object.strip(), location=where or None,
         speaker=first.speaker, about=about, conversation_id=chunk.conversation_id,
         session_id=first.session_id, evidence=[t.turn_id for t in evidence],
         event_time=span.start if span else first.event_time,
         time_end=span.end if span else None, granularity=span.granularity if span else None,
-        time_text=raw.time.strip() or (span.text if span else ""),
+        time_text=phrase or (span.text if span else ""),
         confidence=round(min(1.0, support), 2), source=source,
     ))
 

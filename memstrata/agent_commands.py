@@ -17,17 +17,37 @@ THREADS_HELP = ("CPU threads of a local model (default: all cores; fewer decode 
                 "other work shares the machine)")
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """``--lm``, ``--api-base``, ``--n-ctx``, ``--max-tokens``: what ``model_from_args`` reads."""
-    p.add_argument("--lm", default="local/smollm2",
-                   help="the model: local/smollm2 (embedded, offline; default), "
-                   "local/PATH.gguf, or any litellm provider/model (keys from the environment)")
+def lm_help(what: str = "the model") -> str:
+    """``--lm``'s help: the default, the other offline models, the other forms."""
+    from memstrata.programs.models import EMBEDDED, MODELS
+
+    others = ", ".join(f"local/{n}" for n in MODELS if f"local/{n}" != EMBEDDED)
+    return (f"{what}: {EMBEDDED} (offline; default), {others} (see 'memstrata models "
+            "list'), local/PATH.gguf, or any litellm provider/model (keys from the "
+            "environment)")
+
+
+def add_prefix_cache_arg(p: argparse.ArgumentParser, default: str = "last") -> None:
+    """``--prefix-cache``: how a local model keeps evaluated prompt prefixes."""
+    p.add_argument("--prefix-cache", choices=("last", "ram", "off"), default=default,
+                   help="local models: reuse the previous call's prompt prefix ('last'), keep "
+                   "recent prompts' states so alternating programs each keep theirs "
+                   f"('ram'), or none ('off'); default {default}")
+
+
+def add_model_args(p: argparse.ArgumentParser, prefix_cache: str = "last") -> None:
+    """``--lm``, ``--api-base``, ``--n-ctx``, ``--max-tokens``, ``--threads`` and
+    ``--prefix-cache``: what ``model_from_args`` reads."""
+    from memstrata.programs.models import EMBEDDED
+
+    p.add_argument("--lm", default=EMBEDDED, help=lm_help())
     p.add_argument("--api-base", help="server address for --lm (Ollama, vLLM, llama.cpp)")
     p.add_argument("--n-ctx", type=int, default=8192,
                    help="context window of a local model in tokens (default 8192)")
     p.add_argument("--max-tokens", type=int, default=512,
                    help="longest output per LLM call (default 512: room for a code step)")
     p.add_argument("--threads", type=int, help=THREADS_HELP)
+    add_prefix_cache_arg(p, prefix_cache)
 
 
 def model_from_args(args: argparse.Namespace):
@@ -37,7 +57,8 @@ def model_from_args(args: argparse.Namespace):
     if args.threads is not None and args.threads < 1:
         raise SystemExit("memstrata: --threads must be at least 1")
     return setup_lm(args.lm, api_base=args.api_base, n_ctx=args.n_ctx,
-                    max_tokens=args.max_tokens, n_threads=args.threads)
+                    max_tokens=args.max_tokens, n_threads=args.threads,
+                    prefix_cache=args.prefix_cache)
 
 
 def from_flags(model: type, flags: dict[str, tuple[str, object]]):

@@ -14,6 +14,8 @@ is not a sandbox and is labelled so wherever it is chosen.
 
 from __future__ import annotations
 
+import functools
+import json
 import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -25,7 +27,7 @@ from dspy.primitives.sandbox_serializable import SandboxSerializable, build_repl
 from dspy.utils.exceptions import ContextWindowExceededError
 from memstrata.tools import BlobRef, ToolCall, ToolSession
 from memstrata.trajectories import Leakage, Recorder, measure
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
 
 from .errors import ProgramParseError
 from .handles import SandboxBlobRef
@@ -120,6 +122,66 @@ def _structured(signature: type[dspy.Signature], name: str) -> StructuredPredict
     return StructuredPredict(signature, name)
 
 
+def tool_args_schema(tools: dict[str, dspy.Tool]) -> dict[str, Any]:
+    """The JSON schema of ReAct's ``next_tool_args``: one closed object per tool, holding
+    the tool's required arguments with their declared types.
+
+    DSPy types the field as an open mapping and shows each tool's arguments as their JSON
+    schema (``{'query': {'type': 'string'}}``); small local models then echo the schema
+    (``{"query": {"type": "string", "value": "..."}}``) and no tool is ever called. Under
+    this schema a constrained decoder can only write some tool's real arguments. Optional
+    arguments are left out: DSPy makes every property of a schema required before it
+    reaches the engine, so offering them would oblige the model to fill them all in.
+    """
+    options = []
+    for tool in tools.values():
+        props = {name: spec or {} for name, spec in (tool.args or {}).items()
+                 if "default" not in (spec or {})}
+        options.append({"type": "object", "properties": props, "required": list(props),
+                        "additionalProperties": False})
+    return {"anyOf": options} if len(options) > 1 else options[0]
+
+
+class NoRepeats:
+    """Tools for ``dspy.ReAct`` that answer a repeated identical call (same tool, same
+    arguments) with a notice instead of running it again.
+
+    Greedy small models loop: the 1.5B Qwen called compare_entities_across_conversations
+    four times in a row with the same arguments and never reached detect_contradictions.
+    The notice says where the first result is and what to do instead. ``clear`` starts a
+    new task (calls made for an earlier one no longer count).
+    """
+
+    def __init__(self, tools: list[Callable[..., Any]]) -> None:
+        self.seen: set[str] = set()
+        self.tools = [dspy.Tool(self._wrap(fn)) for fn in tools]
+
+    def clear(self) -> None:
+        """Forget the calls made so far."""
+        self.seen.clear()
+
+    def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            key = json.dumps([fn.__name__, args, kwargs], sort_keys=True, default=str)
+            if key in self.seen:
+                return {"note": f"{fn.__name__} was already called with these arguments; its "
+                        "result is in the trajectory above. Call another tool, or finish."}
+            self.seen.add(key)
+            return fn(*args, **kwargs)
+
+        return call
+
+
+def react_step(react: dspy.ReAct, name: str) -> StructuredPredict:
+    """ReAct's step predictor, structured, with ``next_tool_args`` held to the tools'
+    argument schemas (``tool_args_schema``); parsing still yields a plain dict."""
+    schema = tool_args_schema(react.tools)
+    signature = react.react.signature.with_updated_fields(
+        "next_tool_args", type_=Annotated[dict[str, Any], WithJsonSchema(schema)])
+    return _structured(signature, name)
+
+
 def build_executor(settings: ExecutorSettings, tools: list[Callable[..., Any]],
                    signature: type[dspy.Signature], factory: Callable[[], Any] | None
                    ) -> tuple[dspy.Module, list[Any], list[Any]]:
@@ -133,9 +195,9 @@ def build_executor(settings: ExecutorSettings, tools: list[Callable[..., Any]],
         rlm.extract = _structured(rlm.extract.signature, "rlm.extract")
         return rlm, [rlm.generate_action], [rlm.extract]
     if settings.executor == "react":
-        react = dspy.ReAct(signature, tools=[dspy.Tool(t) for t in tools],
+        react = dspy.ReAct(signature, tools=NoRepeats(tools).tools,
                            max_iters=settings.max_iters)
-        react.react = _structured(react.react.signature, "react.step")
+        react.react = react_step(react, "react.step")
         react.extract = _structured(react.extract.predict.signature, "react.extract")
         return react, [react.react], [react.extract]
     if settings.executor == "scratchpad":

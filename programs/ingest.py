@@ -98,6 +98,7 @@ class IngestReport(BaseModel):
     proposed: dict[str, int] = Field(default_factory=dict)
     kept: dict[str, int] = Field(default_factory=dict)
     rejected: dict[str, int] = Field(default_factory=dict)
+    cleared: dict[str, int] = Field(default_factory=dict)
     unresolved_times: int = 0
     hierarchy: HierarchyStats = Field(default_factory=HierarchyStats)
     persona: int = 0
@@ -214,6 +215,7 @@ def ingest_conversation(
     entities: list[EntityItem] = []
     proposed: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
+    cleared: Counter[str] = Counter()
     with Recorder(store, user_id, "ingest", task=conversation_id,
                   config={"model": handle.name, **settings.model_dump(mode="json")},
                   layers=["turns"]) as run:
@@ -245,6 +247,7 @@ def ingest_conversation(
                 qa += grounded.qa
                 entities += grounded.entities
                 rejected.update(grounded.rejected)
+                cleared.update(grounded.cleared)
                 report.unresolved_times += grounded.unresolved_times
             if progress is not None:
                 progress(len(chunk.turns))
@@ -265,6 +268,7 @@ def ingest_conversation(
         report.kept = {"facts": report.hierarchy.stored, "qa": len(qa),
                        "entities": touched}
         report.rejected = dict(rejected)
+        report.cleared = dict(cleared)
         report.seconds = round(time.perf_counter() - started, 3)
         summary = report.model_dump(exclude={"run_id"})
         if report.failed_chunks:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from datetime import date
+from datetime import date, datetime
 from typing import Annotated
 
 import dspy
+from memstrata.memory.timeparse import normalise_time, resolve_times
 from pydantic import Field, StringConstraints
 
 from .structured import StructuredPredict
@@ -105,6 +106,48 @@ def tidy_answer(answer: str, known: set[str]) -> tuple[str, list[str]]:
     return rest.strip() or date, [head]
 
 
+_HEADER = re.compile(r"^\[([^\]\s·]+)\s*·[^\]]*?·\s*(\d{1,2} [A-Z][a-z]+ \d{4})\]", re.M)
+
+
+def resolve_relative_times(answer: str, memories: str, evidence: list[str]) -> str:
+    """``answer`` with its relative times ("yesterday", "last year") read against the date
+    of the memory they came from: a cited memory that says the phrase, else the first
+    memory line that says it, else the first cited memory. A relative time is only true
+    on the day it was said; the packer resolves it in the memories ("yesterday [7 May
+    2023]"), and models still copy the bare phrase into their answers.
+
+    Example:
+        >>> resolve_relative_times("yesterday", "[D1:3 · Ana · 8 May 2023] I ran yesterday.",
+        ...                        ["D1:3"])
+        '7 May 2023'
+    """
+    lines = {m[1]: (datetime.strptime(m[2], "%d %B %Y"), line[m.end():].casefold())
+             for line in memories.splitlines() if (m := _HEADER.match(line))
+             and _valid_day(m[2])}
+    if not lines:
+        return answer
+    ranked = [*(e for e in evidence if e in lines), *(i for i in lines if i not in evidence)]
+    for span in resolve_times(answer, lines[ranked[0]][0]):
+        if not span.relative:
+            continue
+        phrase = span.text.casefold()
+        said = next((i for i in ranked if phrase in lines[i][1]), None)
+        if said is None and not any(e in lines for e in evidence):
+            continue  # nobody said it and nothing was cited: no date to read it on
+        when = lines[said or ranked[0]][0]
+        if resolved := normalise_time(span.text, when):
+            answer = answer.replace(span.text, resolved.resolved, 1)
+    return answer
+
+
+def _valid_day(day: str) -> bool:
+    try:
+        datetime.strptime(day, "%d %B %Y")
+    except ValueError:
+        return False
+    return True
+
+
 def cited_ids(memories: str) -> set[str]:
     """The ids that open the provenance brackets of packed memory lines."""
     return set(_ID.findall(memories))
@@ -158,5 +201,6 @@ class QA(dspy.Module):
         abstained = not answer or is_abstention(answer)
         cited = [e.strip() for e in out.evidence or []] + named
         evidence = list(dict.fromkeys(e for e in cited if e in known))
+        answer = resolve_relative_times(answer, memories or "", evidence)
         return dspy.Prediction(answer=ABSTAIN_ANSWER if abstained else answer,
                                evidence=evidence, abstained=abstained)

@@ -32,7 +32,7 @@ from memstrata.tools import ToolCall, ToolSession
 from memstrata.tools.personal_tools import personal_tools
 from pydantic import BaseModel, Field, StringConstraints
 
-from .executors import _structured
+from .executors import NoRepeats, _structured, react_step
 from .reconcile_guard import Guard, ReconcilerSettings, check
 
 Decision = Literal["MERGE", "SEPARATE"]
@@ -42,10 +42,12 @@ __all__ = ["Candidate", "Guard", "Proposal", "ReconcileDecision", "Reconciler",
 
 class ReconcileEntities(dspy.Signature):
     """Decide whether the person called `name` in conversation_a and in conversation_b is
-    one person (MERGE) or two different people (SEPARATE). First call
-    compare_entities_across_conversations and detect_contradictions. Sharing a name is
-    not evidence. MERGE only when both share specific details (named family, pets,
-    employer, places) and nothing contradicts; otherwise SEPARATE."""
+    one person (MERGE) or two different people (SEPARATE). Call each tool once: first
+    compare_entities_across_conversations, then detect_contradictions, then finish. Read
+    each tool's summary. SEPARATE when the comparison finds 0 shared distinctive details
+    or any contradiction is found: sharing a name, or finding nothing in common, is not
+    evidence of one person. MERGE only when the comparison lists shared distinctive
+    details (named family, pets, employer, places) and no contradiction is found."""
 
     name: str = dspy.InputField()
     conversation_a: str = dspy.InputField()
@@ -160,10 +162,10 @@ class Reconciler(dspy.Module):
         self.session = session
         self.settings = settings or ReconcilerSettings()
         self.counter = _Counter()
-        self.agent = dspy.ReAct(ReconcileEntities, tools=[dspy.Tool(t) for t in
-                                                          personal_tools(session)],
+        self.tools = NoRepeats(personal_tools(session))
+        self.agent = dspy.ReAct(ReconcileEntities, tools=self.tools.tools,
                                 max_iters=self.settings.max_iters)
-        self.agent.react = _Budgeted(_structured(self.agent.react.signature, "reconciler.step"),
+        self.agent.react = _Budgeted(react_step(self.agent, "reconciler.step"),
                                      self.counter, self.settings.max_llm_calls)
         self.agent.extract = _structured(self.agent.extract.predict.signature,
                                          "reconciler.decide")
@@ -187,6 +189,7 @@ class Reconciler(dspy.Module):
         started, mark = time.perf_counter(), len(self.session.log.calls)
         candidates = self.candidates(name, conversation_a, conversation_b)
         self.counter.calls = 0
+        self.tools.clear()
         with dspy.context(callbacks=[*dspy.settings.callbacks, self.counter]):
             pred = self.agent(name=name, conversation_a=conversation_a,
                               conversation_b=conversation_b)

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import dspy
 import pydantic
 from dspy.adapters.json_adapter import _get_structured_outputs_response_format
-from dspy.adapters.utils import format_field_value
+from dspy.adapters.utils import format_field_value, serialize_for_json
 from dspy.utils.exceptions import AdapterParseError
 
 from .errors import ProgramParseError
@@ -92,6 +92,19 @@ class CompactJSONAdapter(dspy.JSONAdapter):
             parts.append(suffix)
         return "\n\n".join(parts).strip()
 
+    def format_assistant_message_content(self, signature: Any, outputs: dict[str, Any],
+                                         missing_field_message: Any = None) -> str:
+        """A demo's outputs as one line of JSON (``{"a": 1, "b": [2]}``).
+
+        That is the only shape llama-cpp-python's grammar lets a constrained model write
+        (its JSON whitespace is at most one space, no newline). Shown DSPy's indented
+        demos, the 1.5B Qwen began its reply the indented way, found the newline refused,
+        and closed every list empty: ``{"facts": [], ...}`` on every chunk.
+        """
+        values = {name: _without_defaults(outputs.get(name, missing_field_message))
+                  for name in signature.output_fields}
+        return json.dumps(serialize_for_json(values), ensure_ascii=False)
+
     def _prepare_response_format(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any) -> None:
         super()._prepare_response_format(lm, lm_kwargs, signature)
         fmt = lm_kwargs.get("response_format")
@@ -114,6 +127,15 @@ class CompactJSONAdapter(dspy.JSONAdapter):
             default=f.default) for name, f in signature.output_fields.items()}
         lm_kwargs["response_format"] = _get_structured_outputs_response_format(
             SimpleNamespace(output_fields=bounded), self.use_native_function_calling)
+
+
+def _without_defaults(value: Any) -> Any:
+    """``value`` with every pydantic model in it dumped without its default-valued fields."""
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(mode="json", exclude_defaults=True)
+    if isinstance(value, list):
+        return [_without_defaults(v) for v in value]
+    return value
 
 
 class StructuredPredict(dspy.Module):

@@ -176,7 +176,14 @@ def compare_entities_across_conversations(b: Binding, name: str, conversation_a:
     pa, pb = _pair(b, "compare_entities_across_conversations", name, conversation_a,
                    conversation_b)
     cmp = compare(pa, pb)
-    return {"name": pa.name, "a": _side(b, pa), "b": _side(b, pb),
+    strong = [f"{x.kind} {x.value}" for x in cmp.shared[:MAX_SHARED]]
+    apart = [k for k, v in cmp.differing.items() if v.get("a") and v.get("b")]
+    summary = (f"{cmp.shared_distinctive} shared distinctive detail(s)"
+               + (f" ({', '.join(strong)})" if strong else "")
+               + (f"; different {', '.join(apart)}" if apart else "")
+               + f"; overlap score {cmp.overlap_score}")
+    # The summary comes first: a small model reads the head of a long JSON object.
+    return {"summary": summary, "name": pa.name, "a": _side(b, pa), "b": _side(b, pb),
             "time_overlap_days": cmp.time_overlap_days,
             "shared": [s.model_dump() for s in cmp.shared[:MAX_SHARED]],
             "shared_weak": [s.model_dump() for s in cmp.shared_weak[:MAX_SHARED]],
@@ -197,7 +204,9 @@ def detect_contradictions(b: Binding, name: str, conversation_a: str, conversati
     """
     pa, pb = _pair(b, "detect_contradictions", name, conversation_a, conversation_b)
     found, changes = clashes(pa, pb)
-    return {"name": pa.name, "conversation_a": pa.conversation_id,
+    summary = (f"{len(found)} contradiction(s): {found[0].why}" if found
+               else "no contradiction")
+    return {"summary": summary, "name": pa.name, "conversation_a": pa.conversation_id,
             "conversation_b": pb.conversation_id, "count": len(found),
             "contradictions": [x.model_dump() for x in found[:MAX_CLASHES]],
             "changes": [x.model_dump() for x in changes[:MAX_CLASHES // 2]]}

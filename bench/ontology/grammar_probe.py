@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from .card import sense_card
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lm", default="local/smollm2", help="model (default: embedded)")
+    parser.add_argument("--lm", default="local/smollm2", help="model (default: SmolLM2)")
     parser.add_argument("--memory", choices=("none", "card"), default="none",
                         help="what the memory input holds: nothing, or the L0 card")
     parser.add_argument("--tasks", type=int, help="first N tasks only")

@@ -59,15 +59,19 @@ def test_times_resolve_against_the_session_date() -> None:
     out = ground(Extraction(facts=[
         fact("Caroline", "went to", "an LGBTQ support group", time="yesterday"),
         fact("Melanie", "ran", "a charity race"),  # no time given: read off the turn
-        fact("Caroline", "went to", "LGBTQ support group", time="sometime soonish"),
     ]), DIALOGUE, PEOPLE, "u", "test")
-    group, race, vague = out.facts
+    group, race = out.facts
     assert (group.event_time.date(), group.granularity) == (datetime(2023, 5, 7).date(), "day")
     assert "(7 May 2023)" in group.text
     assert race.event_time.date() == datetime(2023, 5, 6).date()  # last Saturday
     assert race.time_text == "last Saturday"
-    assert vague.granularity is None and vague.time_text == "sometime soonish"
-    assert vague.event_time == MAY8 and out.unresolved_times == 1
+    vague = ground(Extraction(facts=[
+        fact("Caroline", "will visit", "her grandma in Sweden", time="one of these days")]),
+        chunk(("Caroline", "I will visit my grandma in Sweden one of these days.")),
+        PEOPLE, "u", "test")
+    [visit] = vague.facts
+    assert visit.granularity is None and visit.time_text == "one of these days"
+    assert visit.event_time == MAY8 and vague.unresolved_times == 1
 
 
 @pytest.mark.parametrize("bad,reason", [
@@ -114,3 +118,19 @@ def test_qa_pairs_and_entities_are_grounded() -> None:
 ])
 def test_resolve_person(name: str, speaker: str, expected: str) -> None:
     assert resolve_person(name, speaker, ["Ana", "Tom"]) == expected
+
+
+def test_a_time_or_place_the_turn_does_not_say_is_cleared_not_trusted() -> None:
+    # Small models copy a worked example's "yesterday" or "Lyon" into every fact.
+    out = ground(Extraction(facts=[
+        fact("Melanie", "ran", "a charity race for mental health", time="yesterday",
+             location="Lyon"),
+        fact("Caroline", "went to", "an LGBTQ support group", time="yesterday"),
+    ]), DIALOGUE, PEOPLE, "u", "test")
+    race, group = out.facts
+    assert race.location is None and "Lyon" not in race.text
+    assert race.time_text == "last Saturday"  # the turn's own time phrase instead
+    assert race.event_time.date() == datetime(2023, 5, 6).date()
+    assert group.time_text == "yesterday" and "(7 May 2023)" in group.text
+    assert out.cleared == {"time not in turn": 1, "location not in turn": 1}
+    assert not out.rejected  # both facts are kept

@@ -218,3 +218,26 @@ def test_a_judge_grades_the_run_and_its_verdict_is_recorded(session: ToolSession
     assert store.runs.set_verdict("conv-a", run.run_id, {"f1": 1.0})
     assert not store.runs.set_verdict("conv-b", run.run_id, {"f1": 0.0})
     assert store.runs.get("conv-a", run.run_id).verdict == {"f1": 1.0}
+
+
+def test_react_tool_arguments_are_held_to_the_tools_schemas(session: ToolSession,
+                                                             scripted: Any) -> None:
+    # Small local models echoed ReAct's argument schema ({"query": {"type": "string",
+    # "value": ...}}) and no tool was ever called: the grammar now only allows real args.
+    seen: list[dict[str, Any]] = []
+
+    def reply(system: str, user: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+        props = (schema or {}).get("properties", {})
+        if "next_tool_name" in props:
+            seen.append(props["next_tool_args"])
+            return {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}}
+        return {"reasoning": "r", "answer": "x"}
+
+    run_executor("Where?", session, scripted(reply), ExecutorSettings(executor="react"))
+    options = seen[0]["anyOf"]
+    search = next(o for o in options if "query" in o["properties"])
+    assert search["properties"]["query"] == {"type": "string"}
+    assert search["additionalProperties"] is False and search["required"] == ["query"]
+    assert "k" not in search["properties"]  # optional: strict schemas would demand it
+    assert {"type": "object", "properties": {}, "required": [],
+            "additionalProperties": False} in options  # finish takes nothing

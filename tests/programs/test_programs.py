@@ -175,3 +175,41 @@ def test_tidy_answer_strips_copied_headers_and_restyles_iso_dates() -> None:
     assert tidy_answer("on 2023-13-45", known) == ("on 2023-13-45", [])  # not a date
     assert tidy_answer("Sweden}\n\nmore", known) == ("Sweden", [])
     assert tidy_answer("D99:1 · X · 2 May", known) == ("D99:1 · X · 2 May", [])  # unknown id
+
+
+def test_relative_times_in_answers_are_read_on_the_day_they_were_said() -> None:
+    from memstrata.programs.qa import resolve_relative_times
+
+    memories = ("[D2:1 · Maria · 22 December 2022] I donated my old car yesterday "
+                "[21 December 2022].\n[D1:14 · Mel · 8 May 2023] I painted that sunrise last "
+                "year [2022]!")
+    assert resolve_relative_times("yesterday", memories, ["D2:1"]) == "21 December 2022"
+    # the memory that says the phrase wins over a wrong citation, and over the first line
+    assert resolve_relative_times("last year", memories, ["D2:1"]) == "2022"
+    assert resolve_relative_times("in Sweden", memories, ["D2:1"]) == "in Sweden"
+    assert resolve_relative_times("7 May 2023", memories, []) == "7 May 2023"  # absolute
+    # nobody said it and nothing was cited: no day to read it on
+    assert resolve_relative_times("last week", memories, []) == "last week"
+    assert resolve_relative_times("last week", memories, ["D1:14"]) == \
+        "the week before 8 May 2023"
+    assert resolve_relative_times("yesterday", "no headers here", []) == "yesterday"
+
+
+def test_qa_answer_with_a_relative_time_is_resolved(scripted) -> None:
+    handle = scripted(lambda s, u, schema: {"answer": "yesterday", "evidence": ["D1:3"]})
+    with dspy.context(lm=handle.lm):
+        out = QA()(question="When did Ana run?",
+                   memories="[D1:3 · Ana · 8 May 2023] I ran yesterday [7 May 2023].")
+    assert out.answer == "7 May 2023" and out.evidence == ["D1:3"]
+
+
+def test_demos_are_one_line_json_as_a_grammar_allows() -> None:
+    # llama-cpp-python's JSON grammar allows at most one space between tokens: demos
+    # shown indented taught the 1.5B model a shape it could not write (it closed every
+    # list empty instead).
+    from memstrata.programs.extractor import FORMAT_DEMO, ExtractMemories
+    from memstrata.programs.structured import CompactJSONAdapter
+
+    text = CompactJSONAdapter().format_assistant_message_content(
+        ExtractMemories, FORMAT_DEMO)
+    assert "\n" not in text and json.loads(text)["facts"][0]["subject"] == "Ana"

@@ -183,7 +183,7 @@ def test_cli_reconcile_prints_each_decision(write_json: Callable[[str, Any], Pat
 
 @pytest.mark.slow
 def test_embedded_model_never_merges_two_people_who_share_a_name(session: ToolSession) -> None:
-    """The real SmolLM2-135M drives the agent: whatever it proposes, two Alexes with
+    """The real default model drives the agent: whatever it proposes, two Alexes with
     different spouses and jobs at the same time are never merged, and the budget holds."""
     settings = ReconcilerSettings(max_iters=2, max_llm_calls=6)
     handle = setup_lm(max_tokens=256)
@@ -197,3 +197,24 @@ def test_embedded_model_never_merges_two_people_who_share_a_name(session: ToolSe
     assert d.decision == "SEPARATE" and d.proposal.decision in ("MERGE", "SEPARATE")
     assert d.guard.contradictions >= 2 and d.llm_calls <= 6
     assert session.binding.store.edges("u1", relation=SAME_AS) == []
+
+
+def test_constructed_cases_one_sam_twice_and_another_sam(capsys) -> None:
+    # bench/data/reconcile_cases.json: Sam the nurse (wife Elena, daughter Mia, dog
+    # Biscuit) in two conversations, and a student Sam (girlfriend Tara, cat Pixel) over
+    # the same months. The tools must support MERGE for the first pair, SEPARATE for both
+    # others, so that a model deciding right is never overridden.
+    from importlib.resources import files
+
+    cases = files("memstrata.bench") / "data" / "reconcile_cases.json"
+    assert main(["reconcile", "--data", str(cases), "--person", "Sam", "--lm", "policy",
+                 "--conversations", "case-sam-a,case-sam-b,case-sam-c", "--json"]) == 0
+    pairs = {(p["conversation_a"], p["conversation_b"]): p["decision"]
+             for p in json.loads(capsys.readouterr().out)["pairs"]}
+    same = pairs[("case-sam-a", "case-sam-b")]
+    assert same["decision"] == "MERGE" and same["guard"]["merge_allowed"]
+    assert not same["overridden"]
+    for other in (("case-sam-a", "case-sam-c"), ("case-sam-b", "case-sam-c")):
+        assert pairs[other]["decision"] == "SEPARATE"
+        assert not pairs[other]["guard"]["merge_allowed"]
+    assert pairs[("case-sam-a", "case-sam-c")]["guard"]["contradictions"] >= 1
