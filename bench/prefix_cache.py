@@ -28,6 +28,7 @@ from memstrata.memory import Store
 from memstrata.programs import QA, AnswerJudge, setup_lm
 from memstrata.programs.llama_engine import LlamaCppEngine
 from memstrata.programs.lm import local_model_path
+from tqdm import tqdm
 
 from .locomo import load_locomo, read_subset
 from .qa import QASettings, _contexts, select_questions
@@ -43,7 +44,9 @@ def run_prefix_bench(data: str | Path, lm: str, *, questions: int = 8,
     asked = select_questions(convs, categories={1, 2, 3, 4}, limit=questions)
     path = local_model_path(lm)
     results: dict[str, Any] = {}
-    with Store.open(":memory:") as store:
+    bar = tqdm(total=len(WORKLOADS) * len(MODES) * len(asked), unit="question",
+               desc="prefix cache", leave=False)
+    with Store.open(":memory:") as store, bar:
         load_locomo(store, convs)
         for workload in WORKLOADS:
             for mode in MODES:
@@ -60,6 +63,7 @@ def run_prefix_bench(data: str | Path, lm: str, *, questions: int = 8,
                         if workload == "qa+judge":
                             judge(question=q.question, gold_answer=str(q.answer),
                                   generated_answer=answer)
+                        bar.update()
                 seconds = time.perf_counter() - started
                 usage = handle.meter.since(0)
                 results[f"{workload}/{mode}"] = {

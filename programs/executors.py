@@ -154,23 +154,53 @@ class NoRepeats:
 
     def __init__(self, tools: list[Callable[..., Any]]) -> None:
         self.seen: set[str] = set()
+        self.noticed: set[str] = set()
         self.tools = [dspy.Tool(self._wrap(fn)) for fn in tools]
 
     def clear(self) -> None:
         """Forget the calls made so far."""
         self.seen.clear()
+        self.noticed.clear()
+
+    def was_noticed(self, name: str, args: Any) -> bool:
+        """Whether this call (tool name, keyword arguments) already got the notice."""
+        return isinstance(args, dict) and _call_key(name, (), args) in self.noticed
 
     def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
-            key = json.dumps([fn.__name__, args, kwargs], sort_keys=True, default=str)
+            key = _call_key(fn.__name__, args, kwargs)
             if key in self.seen:
+                self.noticed.add(key)
                 return {"note": f"{fn.__name__} was already called with these arguments; its "
                         "result is in the trajectory above. Call another tool, or finish."}
             self.seen.add(key)
             return fn(*args, **kwargs)
 
         return call
+
+
+def _call_key(name: str, args: Any, kwargs: dict[str, Any]) -> str:
+    return json.dumps([name, list(args), kwargs], sort_keys=True, default=str)
+
+
+class StopOnRepeat(dspy.Module):
+    """A ReAct step that finishes instead of repeating a call that already got
+    ``NoRepeats``' notice: a model that ignores the notice once repeats the call to the
+    iteration cap, each repeat one more LLM call that adds nothing."""
+
+    def __init__(self, step: Any, tools: NoRepeats) -> None:
+        super().__init__()
+        self.step, self.repeats = step, tools
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        """The step's prediction, or ``finish`` when it repeats a noticed call."""
+        pred = self.step(**inputs)
+        if self.repeats.was_noticed(str(pred.next_tool_name), pred.next_tool_args):
+            return dspy.Prediction(next_thought=f"{pred.next_thought} (The same call again "
+                                   "after the repeat notice: finishing.)",
+                                   next_tool_name="finish", next_tool_args={})
+        return pred
 
 
 def react_step(react: dspy.ReAct, name: str) -> StructuredPredict:
@@ -195,11 +225,12 @@ def build_executor(settings: ExecutorSettings, tools: list[Callable[..., Any]],
         rlm.extract = _structured(rlm.extract.signature, "rlm.extract")
         return rlm, [rlm.generate_action], [rlm.extract]
     if settings.executor == "react":
-        react = dspy.ReAct(signature, tools=NoRepeats(tools).tools,
-                           max_iters=settings.max_iters)
-        react.react = react_step(react, "react.step")
+        repeats = NoRepeats(tools)
+        react = dspy.ReAct(signature, tools=repeats.tools, max_iters=settings.max_iters)
+        step = react_step(react, "react.step")
+        react.react = StopOnRepeat(step, repeats)
         react.extract = _structured(react.extract.predict.signature, "react.extract")
-        return react, [react.react], [react.extract]
+        return react, [step], [react.extract]
     if settings.executor == "scratchpad":
         pad = Scratchpad(tools, factory or interpreter_factory("sandbox"),
                          max_iters=settings.max_iters, history_steps=settings.history_steps,

@@ -32,7 +32,7 @@ from memstrata.tools import ToolCall, ToolSession
 from memstrata.tools.personal_tools import personal_tools
 from pydantic import BaseModel, Field, StringConstraints
 
-from .executors import NoRepeats, _structured, react_step
+from .executors import NoRepeats, StopOnRepeat, _structured, react_step
 from .reconcile_guard import Guard, ReconcilerSettings, check
 
 Decision = Literal["MERGE", "SEPARATE"]
@@ -165,8 +165,9 @@ class Reconciler(dspy.Module):
         self.tools = NoRepeats(personal_tools(session))
         self.agent = dspy.ReAct(ReconcileEntities, tools=self.tools.tools,
                                 max_iters=self.settings.max_iters)
-        self.agent.react = _Budgeted(react_step(self.agent, "reconciler.step"),
-                                     self.counter, self.settings.max_llm_calls)
+        self.agent.react = _Budgeted(
+            StopOnRepeat(react_step(self.agent, "reconciler.step"), self.tools),
+            self.counter, self.settings.max_llm_calls)
         self.agent.extract = _structured(self.agent.extract.predict.signature,
                                          "reconciler.decide")
 

@@ -241,3 +241,18 @@ def test_react_tool_arguments_are_held_to_the_tools_schemas(session: ToolSession
     assert "k" not in search["properties"]  # optional: strict schemas would demand it
     assert {"type": "object", "properties": {}, "required": [],
             "additionalProperties": False} in options  # finish takes nothing
+
+
+def test_react_stops_a_call_repeated_after_the_notice(session: ToolSession,
+                                                      scripted: Any) -> None:
+    def reply(system: str, user: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+        if "next_tool_name" in (schema or {}).get("properties", {}):
+            return {"next_thought": "search", "next_tool_name": "mem_search",
+                    "next_tool_args": {"query": "Sweden grandma"}}
+        return {"reasoning": "found it", "answer": "Sweden"}
+
+    run = run_executor("Where does Alice's grandma live?", session, scripted(reply),
+                       ExecutorSettings(executor="react", max_iters=8))
+    # the search, its repeat (answered with the notice, not run), then finish
+    assert run.leakage.tool_calls == 1 and run.leakage.iterations == 3
+    assert run.answer == "Sweden"

@@ -147,6 +147,21 @@ def test_llm_call_budget_makes_the_agent_finish(session: ToolSession, scripted: 
         ReconcilerSettings(max_iters=0)
 
 
+def test_a_call_repeated_after_the_notice_finishes_the_agent(session: ToolSession,
+                                                              scripted: Any) -> None:
+    endless = ("compare_entities_across_conversations",) * 10
+    handle = scripted(agent("SEPARATE", "conv-a", "conv-b", plan=endless))
+    [result] = reconcile_person(session, handle, "Alex", ["conv-a", "conv-b"],
+                                ReconcilerSettings(max_iters=8, max_llm_calls=40))
+    d = result.decision
+    assert d is not None
+    # the call, its repeat (answered with the notice), then the agent is stopped
+    assert [s["tool"] for s in d.steps] == ["compare_entities_across_conversations"] * 2 + [
+        "finish"]
+    assert "repeat notice" in d.steps[-1]["thought"]
+    assert d.llm_calls == 4  # three steps and the decision
+
+
 def test_a_person_in_fewer_than_two_conversations_is_refused(session: ToolSession,
                                                              scripted: Any) -> None:
     with pytest.raises(ValueError, match="needs two conversations"):
