@@ -146,10 +146,9 @@ class NoRepeats:
     """Tools for ``dspy.ReAct`` that answer a repeated identical call (same tool, same
     arguments) with a notice instead of running it again.
 
-    Greedy small models loop: the 1.5B Qwen called compare_entities_across_conversations
-    four times in a row with the same arguments and never reached detect_contradictions.
-    The notice says where the first result is and what to do instead. ``clear`` starts a
-    new task (calls made for an earlier one no longer count).
+    Greedy small models loop on one call; the notice says where the first result is and
+    what to do instead (``StopOnRepeat`` ends the loop if the call comes a third time).
+    ``clear`` starts a new task (calls made for an earlier one no longer count).
     """
 
     def __init__(self, tools: list[Callable[..., Any]]) -> None:
