@@ -167,12 +167,14 @@ def _fact(raw: ExtractedFact, chunk: Chunk, participants: Sequence[str], user_id
     first = evidence[0]
     about = resolve_person(raw.subject, first.speaker, participants)
     said = _fold(with_caption(first.text, first.metadata))
-    phrase, where = raw.time.strip(), raw.location.strip()
-    for name, value in (("time", phrase), ("location", where)):
+
+    def stated(name: str, value: str) -> str:
         if value and _fold(value) not in said:
             out.cleared[f"{name} not in turn"] += 1
-    phrase = phrase if phrase and _fold(phrase) in said else ""
-    where = where if where and _fold(where) in said else ""
+            return ""
+        return value
+
+    phrase, where = stated("time", raw.time.strip()), stated("location", raw.location.strip())
     span = _time(phrase, first)
     if phrase and span is None:
         out.unresolved_times += 1  # the fact stays; the words stay in time_text

@@ -24,7 +24,8 @@ def cmd_models(args: argparse.Namespace) -> int:
                          "licence": spec.licence, "note": spec.note})
         if args.json:
             print(json.dumps(rows, indent=2))
-        for row in [] if args.json else rows:
+            return 0
+        for row in rows:
             state = row["path"] if row["installed"] else \
                 f"not installed (memstrata models install {row['name']})"
             print(f"{row['lm']:<28} {row['title']}\n{'':<28} {state}")

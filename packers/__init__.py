@@ -5,9 +5,11 @@ token budget; the layer cake's packers (L0-L4) and ``ContextBuilder`` count char
 the unit the layers' budgets are written in.
 """
 
-from .lines import MemoryLine, PackedContext, TokenCounter, from_hits, pack, render
+from .lines import MemoryLine, PackedContext, TokenCounter, from_hits, pack, parse, render
 
-__all__ = ["MemoryLine", "PackedContext", "TokenCounter", "from_hits", "pack", "render"]
+__all__ = [
+    "MemoryLine", "PackedContext", "TokenCounter", "from_hits", "pack", "parse", "render",
+]
 
 # The layer cake (L0-L4), one packer per layer in chars, and the ContextBuilder.
 from .artefact import pack_l3, summarise_artefact

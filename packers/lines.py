@@ -9,6 +9,7 @@ again at the end, since tokenizers can merge across line breaks.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -18,6 +19,8 @@ from pydantic import BaseModel, Field
 
 TokenCounter = Callable[[str], int]
 SEPARATOR = " · "
+DAY_FORMAT = "%d %B %Y"  # how parse reads the day render writes ("8 May 2023")
+_HEAD = re.compile(r"\[([^\[\]]+)\] ?")
 
 
 class MemoryLine(BaseModel):
@@ -51,6 +54,24 @@ def render(line: MemoryLine, *, resolve_times: bool = True) -> str:
     text = annotate_times(line.text, line.when) if resolve_times else line.text
     body = " ".join(text.split())
     return f"[{SEPARATOR.join(head)}] {body}"
+
+
+def parse(rendered: str) -> MemoryLine | None:
+    """The inverse of ``render``: a packed line's id, speaker, day and text (with its
+    resolved times), or None for a line that does not open with a provenance header."""
+    m = _HEAD.match(rendered)
+    if m is None:
+        return None
+    parts = [h.strip() for h in m[1].split(SEPARATOR.strip())]
+    when = None
+    if len(parts) > 1:
+        try:
+            when = datetime.strptime(parts[-1], DAY_FORMAT)
+            parts.pop()
+        except ValueError:
+            pass
+    return MemoryLine(id=parts[0], speaker=parts[1] if len(parts) > 1 else None, when=when,
+                      text=rendered[m.end():])
 
 
 def from_hits(hits: Sequence[Hit]) -> list[MemoryLine]:

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from .errors import ModelSetupError
+from .paths import memstrata_home
 
 #: The tested llama-cpp-python release, and how to rebuild it portably.
 LLAMA_CPP_PIN = "llama-cpp-python==0.3.36"
@@ -38,8 +39,7 @@ TIMEOUT_S = 180
 
 
 def _cache_file() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "memstrata" / "decode_checks.json"
+    return memstrata_home() / "decode_checks.json"
 
 
 def build_fingerprint() -> str | None:
@@ -63,23 +63,20 @@ def _key(model: Path) -> str | None:
     return f"{build}#{model.resolve()}:{st.st_size}:{int(st.st_mtime)}"
 
 
-def _passed(key: str) -> bool:
+def _passes() -> list[str]:
     try:
-        return key in json.loads(_cache_file().read_text())
+        known = json.loads(_cache_file().read_text())
     except (OSError, ValueError):
-        return False
+        return []
+    return known if isinstance(known, list) else []
 
 
 def _remember(key: str) -> None:
     path = _cache_file()
     try:
-        known = json.loads(path.read_text()) if path.exists() else []
-    except (OSError, ValueError):
-        known = []
-    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([*known[-31:], key]))
+        tmp.write_text(json.dumps([*_passes()[-31:], key]))
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only home only costs the check again next time
@@ -117,7 +114,7 @@ def check_decode(model: Path, *, code: str | None = None, timeout: float = TIMEO
 def ensure_decodes(model: Path) -> None:
     """``check_decode`` once per build and model file; a remembered pass costs nothing."""
     key = _key(model)
-    if key is not None and _passed(key):
+    if key is not None and key in _passes():
         return
     check_decode(model)
     if key is not None:

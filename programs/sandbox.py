@@ -33,6 +33,7 @@ from typing import Any, Literal
 import dspy
 
 from .errors import ModelSetupError
+from .paths import memstrata_home
 
 REGISTRY = "https://registry.npmjs.org"
 LOCAL_WARNING = ("LocalInterpreter is NOT a sandbox: generated code runs as you, with your "
@@ -63,8 +64,7 @@ def runner_imports() -> tuple[str, str]:
 def sandbox_home() -> Path:
     """Where the sandbox's files live: ``$MEMSTRATA_HOME/sandbox`` (default
     ``~/.cache/memstrata/sandbox``)."""
-    base = os.environ.get("MEMSTRATA_HOME") or Path.home() / ".cache" / "memstrata"
-    return Path(base) / "sandbox"
+    return memstrata_home() / "sandbox"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memstrata.packers import MemoryLine, pack, render
+from memstrata.packers import MemoryLine, pack, parse, render
 
 
 def words(text: str) -> int:
@@ -31,6 +31,18 @@ def test_render_carries_provenance_and_resolves_relative_dates() -> None:
                             "yesterday [7 May 2023].")
     assert render(line, resolve_times=False).endswith("support group yesterday.")
     assert render(MemoryLine(id="i_1", text="a fact")) == "[i_1] a fact"
+
+
+def test_parse_reads_back_what_render_wrote() -> None:
+    for line in (MemoryLine(id="D3:7", speaker="Caroline", when=datetime(2023, 5, 8),
+                            text="I ran."),
+                 MemoryLine(id="i_1", text="a fact"),
+                 MemoryLine(id="i_2", when=datetime(2021, 12, 31), text="dated"),
+                 MemoryLine(id="D1:1", speaker="Bo", text="no day")):
+        assert parse(render(line)) == line
+    assert parse(render(MemoryLine(id="a", when=datetime(2023, 5, 8), text="yesterday"))) \
+        .text == "yesterday [7 May 2023]"
+    assert parse("no header here") is None
 
 
 def test_pack_dedups_keeps_order_and_skips_what_does_not_fit() -> None:

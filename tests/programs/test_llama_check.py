@@ -31,7 +31,7 @@ def gguf(tmp_path) -> Path:
 @pytest.fixture(autouse=True)
 def own_cache(monkeypatch, tmp_path) -> None:
     # No remembered checks and no installed catalogue models: only the bundled SmolLM2.
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("MEMSTRATA_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("MEMSTRATA_MODELS_DIR", str(tmp_path / "models"))
 
 
