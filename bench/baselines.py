@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from memstrata.memory.extras import require
 from memstrata.memory.text import tokens
-from rank_bm25 import BM25Okapi
 
 TOKENIZERS: dict[str, Callable[[str], list[str]]] = {
     "bm25_whitespace": str.split,
@@ -20,14 +20,15 @@ TOKENIZERS: dict[str, Callable[[str], list[str]]] = {
 
 
 class BM25Index:
-    """rank-bm25 Okapi over a list of (id, text) documents."""
+    """rank-bm25 Okapi over a list of (id, text) documents (the ``bench`` extra)."""
 
     def __init__(self, ids: Sequence[str], texts: Sequence[str],
                  tokenizer: Callable[[str], list[str]]) -> None:
         self.ids = list(ids)
         self.tokenizer = tokenizer
+        bm25 = require("rank_bm25", "bench", "the BM25 baselines")
         # rank-bm25 divides by the corpus size: an empty document list is not an index.
-        self._bm25 = BM25Okapi([tokenizer(t) or [""] for t in texts]) if self.ids else None
+        self._bm25 = bm25.BM25Okapi([tokenizer(t) or [""] for t in texts]) if self.ids else None
 
     def search(self, query: str, k: int) -> list[str]:
         """The ids of the ``k`` best documents."""

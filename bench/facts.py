@@ -26,7 +26,7 @@ from memstrata.programs import ModelHandle
 from memstrata.programs.ingest import IngestReport, IngestSettings, ingest_conversation
 from tqdm import tqdm
 
-from .locomo import Question, apply_audit, load_locomo, read_subset
+from .locomo import LOCOMO_DATE_STYLE, Question, apply_audit, load_locomo, read_subset
 from .retrieval import CATEGORIES, KS, _summarise
 
 SYSTEMS = ("turns", "facts", "facts+turns")
@@ -91,10 +91,13 @@ def run_facts_bench(
             ``extractions.jsonl`` (the cache).
         audit: the audit corrections (recall is reported on both evidence keys).
         embedder, weights: retrieval's dense channel and fusion knobs.
-        settings: chunking, call cap and reconciliation.
+        settings: chunking, call cap and reconciliation; facts are written in LoCoMo's
+            date style (``LOCOMO_DATE_STYLE``), whatever ``settings`` says.
         conversations: a subset of sample ids.
         progress: progress bars on stderr.
     """
+    settings = (settings or IngestSettings()).model_copy(
+        update={"date_style": LOCOMO_DATE_STYLE})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     convs = read_subset(data, conversations)

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from memstrata.memory import Store
+from memstrata.memory.extras import require
 from memstrata.programs import ExecutorSettings, ModelHandle, run_executor
-from memstrata.programs.executors import ExecutorRun
+from memstrata.programs.executors import AnswerWithTools, ExecutorRun
 from memstrata.tools import ToolCaps, ToolSession
 from memstrata.trajectories import code_version
 from tqdm import tqdm
@@ -29,6 +30,15 @@ from .qa import select_questions
 from .qa_metrics import score_answer
 
 ARMS = ("naive", "handles")
+
+
+class AnswerWithToolsLoCoMo(AnswerWithTools):
+    """Answer the question about this user's conversations. Find the evidence with the
+    tools: mem_search(query) returns ids and one-line descriptions, mem_get(ids) the full
+    records of a few of them; a BlobRef is read with ctx_find(ref, pattern) and
+    ctx_slice(ref, start, end). Answer in a short phrase. If nothing you found answers
+    it, say it is not mentioned."""
+    # ``AnswerWithTools`` in LoCoMo's abstention wording, which its scorer looks for.
 
 
 def _row(q: Question, arm: str, run: ExecutorRun) -> dict[str, Any]:
@@ -112,7 +122,7 @@ def run_leakage_bench(data: str | Path, handle: ModelHandle, out_dir: str | Path
                 context = {"conversation": ref if arm == "handles" else ref.key}
                 run = run_executor(q.question, session, handle,
                                    settings.model_copy(update={"tools": arm}), context=context,
-                                   factory=factory)
+                                   factory=factory, signature=AnswerWithToolsLoCoMo)
                 row = _row(q, arm, run)
                 store.runs.set_verdict(q.sample_id, run.run_id,
                                        {"f1": row["f1"], "gold": q.answer})
@@ -164,8 +174,7 @@ def leakage_table(doc: dict[str, Any]) -> str:
 
 def write_leakage_outputs(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
     """``leakage.json``, ``leakage.md`` and ``leakage.png`` (per-arm bars)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "bench", "the benchmark charts")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -52,10 +52,11 @@ def run_prefix_bench(data: str | Path, lm: str, *, questions: int = 8,
             for mode in MODES:
                 engine = LlamaCppEngine(path, n_threads=threads, prefix_cache=mode)
                 handle = setup_lm(lm, engine=engine)
-                builders, _ = _contexts(store, convs, asked, handle, QASettings())
+                settings = QASettings()  # LoCoMo's answer style, as the QA bench's
+                builders, _ = _contexts(store, convs, asked, handle, settings)
                 contexts = [builders["naive_rag"](q).text for q in asked]
                 _ = engine.llama  # load before the clock starts
-                qa, judge = QA(), AnswerJudge()
+                qa, judge = QA(settings.style), AnswerJudge()
                 started = time.perf_counter()
                 with dspy.context(lm=handle.lm):
                     for q, memories in zip(asked, contexts, strict=True):

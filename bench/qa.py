@@ -14,6 +14,11 @@ Every system answers with the same ``QA`` program on the same LM; only the memor
 
 Answers are cached per system, model, question and settings in ``answers.jsonl`` beside
 the results, so an interrupted run continues where it stopped.
+
+Every system answers in LoCoMo's conventions, selected here and nowhere in the library:
+``QASettings.style`` (default :data:`LOCOMO_STYLE`) writes the memories' and answers'
+dates as the answer key does ("8 May 2023") and abstains with the phrase its category-5
+scoring looks for ("Not mentioned in the conversation.").
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
+from memstrata.formats.locomo import ABSTAIN_ANSWER, ABSTAIN_CUE
 from memstrata.memory import Embedder, Retriever, SearchWeights, Store
 from memstrata.packers import MemoryLine, pack, render
 from memstrata.programs import QA, ModelHandle, ProgramParseError
@@ -36,17 +42,29 @@ from memstrata.programs.cache import JsonlCache
 from memstrata.programs.ingest import IngestSettings, ingest_conversation
 from memstrata.programs.ingest import fingerprint as ingest_fingerprint
 from memstrata.programs.judge import AnswerJudge
+from memstrata.programs.qa import AnswerStyle
 from memstrata.trajectories import Recorder
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from tqdm import tqdm
 
 from .baselines import TOKENIZERS, BM25Index
-from .locomo import LoCoMoConversation, Question, apply_audit, load_locomo, read_subset
+from .locomo import (
+    LOCOMO_DATE_STYLE,
+    LoCoMoConversation,
+    Question,
+    apply_audit,
+    load_locomo,
+    read_subset,
+)
 from .qa_metrics import score_answer
 from .qa_scores import summarise
 
 SYSTEMS = ("memstrata", "naive_rag", "no_memory", "full_context")
 NO_MEMORIES = "(no memories)"
+LOCOMO_STYLE = AnswerStyle(date_style=LOCOMO_DATE_STYLE, abstain_answer=ABSTAIN_ANSWER,
+                           abstain_prompt=ABSTAIN_CUE)
+"""LoCoMo's answer-key conventions for ``QA`` and the packers: long dates ("8 May 2023"),
+the model taught to say "Not mentioned", answering "Not mentioned in the conversation."."""
 
 
 class QASettings(BaseModel):
@@ -61,6 +79,8 @@ class QASettings(BaseModel):
     margin: int = 64
     """Tokens kept free in the window beyond the measured prompt scaffold, the longest
     question and the answer (chat templates add a few tokens per message)."""
+    style: AnswerStyle = Field(default_factory=lambda: LOCOMO_STYLE)
+    """How every system's memories and answers write dates and abstain (LoCoMo's)."""
 
     @classmethod
     def for_model(cls, name: str, **overrides: Any) -> QASettings:
@@ -101,10 +121,10 @@ def _fingerprint(handle: ModelHandle, settings: QASettings) -> str:
 
     from memstrata.programs import qa as qa_module
     from memstrata.programs import structured
-    from memstrata.programs.qa import AnswerFromMemories
+    from memstrata.programs.qa import answer_signature
     from memstrata.programs.structured import CompactJSONAdapter
 
-    prompt = CompactJSONAdapter().format_system_message(AnswerFromMemories)
+    prompt = CompactJSONAdapter().format_system_message(answer_signature(settings.style))
     code = inspect.getsource(qa_module) + inspect.getsource(structured)
     blob = json.dumps([handle.name, handle.window, settings.model_dump(), prompt, code],
                       sort_keys=True)
@@ -141,9 +161,11 @@ def _turn_lines(store: Store, conv: LoCoMoConversation) -> list[MemoryLine]:
             for t in store.turns(conv.sample_id, conversation_id=conv.sample_id)]
 
 
-def _full_context(lines: list[MemoryLine], budget: int, handle: ModelHandle) -> dict[str, Any]:
+def _full_context(lines: list[MemoryLine], budget: int, handle: ModelHandle,
+                  settings: QASettings) -> dict[str, Any]:
     # The longest run of most recent turns that fits, in conversation order, as raw turns.
-    rendered = [render(ln, resolve_times=False) for ln in lines]
+    rendered = [render(ln, resolve_times=False, date_style=settings.style.date_style)
+                for ln in lines]
     start, used = len(rendered), 0
     while start > 0:
         cost = handle.count_tokens(rendered[start - 1]) + 1  # + the line break
@@ -161,7 +183,7 @@ def _reserved(handle: ModelHandle, settings: QASettings, questions: list[Questio
     # the longest question asked, the output budget and a margin.
     from memstrata.programs.structured import CompactJSONAdapter
 
-    predict = QA().respond.predict
+    predict = QA(settings.style).respond.predict
     messages = CompactJSONAdapter().format(predict.signature, predict.demos,
                                            {"memories": "", "question": ""})
     scaffold = sum(handle.count_tokens(str(m["content"])) for m in messages)
@@ -194,12 +216,13 @@ def _contexts(store: Store, convs: list[LoCoMoConversation], questions: list[Que
         ids = bm25[q.sample_id].search(q.question, settings.naive_k)
         chosen = [by_id[q.sample_id][i] for i in ids]
         packed = pack(chosen, settings.budget, handle.count_tokens, resolve_times=False,
-                      dedupe=False)
+                      dedupe=False, date_style=settings.style.date_style)
         return Context(text=packed.text, retrieved=list(ids), packed=packed.ids)
 
     def full_context(q: Question) -> Context:
         if q.sample_id not in full:
-            full[q.sample_id] = _full_context(lines[q.sample_id], window_budget, handle)
+            full[q.sample_id] = _full_context(lines[q.sample_id], window_budget, handle,
+                                              settings)
         kept = full[q.sample_id]
         return Context(text=kept["text"], note=f"last {kept['turns']} of {kept['of']} turns")
 
@@ -292,18 +315,21 @@ def run_locomo_bench(
         audit: the audit corrections; without it the corrected key equals the original.
         judge: a model for LLM-as-judge accuracy; ``None`` leaves ``judge`` null.
         systems: which of ``SYSTEMS`` to run.
-        settings: budgets and depths (``QASettings``).
+        settings: budgets, depths and LoCoMo's answer style (``QASettings``).
         embedder, weights: memstrata's retrieval (dense channel, fusion knobs).
         conversations, categories, limit: a subset for quick runs (see ``select_questions``).
         progress: a progress bar on stderr.
         ingest: extract facts with ``handle`` before answering (memstrata then retrieves
             them beside the turns); extractions are cached in ``out_dir``, and their calls
-            are reported under ``ingest``, apart from the answers' costs.
+            are reported under ``ingest``, apart from the answers' costs. Facts are
+            written in the settings' date style, whatever ``ingest`` says.
     """
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         raise ValueError(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
     settings = settings or QASettings.for_model(handle.name)
+    if ingest is not None:
+        ingest = ingest.model_copy(update={"date_style": settings.style.date_style})
     convs = read_subset(data, conversations)
     audited = apply_audit(convs, audit) if audit else 0
     questions = select_questions(convs, categories=categories, limit=limit)
@@ -315,7 +341,7 @@ def run_locomo_bench(
     out.mkdir(parents=True, exist_ok=True)
     cache = answer_cache(out / "answers.jsonl")
     fingerprint = _fingerprint(handle, settings)
-    qa = QA()
+    qa = QA(settings.style)
     answer_judge = AnswerJudge()
     results: dict[str, list[tuple[Question, Answer]]] = {s: [] for s in systems}
     order = {q.qid: n for n, q in enumerate(questions)}

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from memstrata.memory.extras import require
+
 from .qa_scores import COLUMNS
 from .report import category_bars
 
@@ -105,8 +107,7 @@ def locomo_markdown(doc: dict[str, Any]) -> str:
 
 def locomo_chart(doc: dict[str, Any], path: Path) -> None:
     """F1 per category for each system (and prompt tokens per question), as PNG."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "bench", "the benchmark charts")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from memstrata.memory.extras import require
+
 COLUMNS = ("overall", "1", "2", "3", "4")
 CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
                   "5": "adversarial"}
@@ -62,8 +64,7 @@ def category_bars(ax: Any, rows: dict[str, dict[str, float | None]],
 
 def retrieval_chart(doc: dict[str, Any], path: Path) -> None:
     """Grouped bars of recall@5/@10 per category for each system, saved as PNG."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "bench", "the benchmark charts")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

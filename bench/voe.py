@@ -22,15 +22,15 @@ from typing import Any
 
 import numpy as np
 from memstrata.memory import Embedder, Store
+from memstrata.memory.extras import require
 from memstrata.memory.models import with_caption
 from memstrata.memory.voe_facts import VoEFacts, similarity
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.voe import MAX_MESSAGE_CHARS, VoELoop, VoESettings, run_turn
 from memstrata.trajectories import code_version
-from scipy.stats import chi2_contingency
 from tqdm import tqdm
 
-from .locomo import LoCoMoConversation, read_subset
+from .locomo import LoCoMoConversation, read_subset, turn_metadata
 
 ARMS = ("baseline", "voe")
 HIT = 0.6
@@ -54,8 +54,9 @@ def decide(table: list[list[int]]) -> dict[str, Any]:
     voe_rate = vh / (vh + vm) if vh + vm else 0.0
     base_rate = bh / (bh + bm) if bh + bm else 0.0
     arr = np.array(table)
+    stats = require("scipy.stats", "bench", "the VoE A/B test")
     # chi2_contingency needs every row and column sum above zero.
-    p = float(chi2_contingency(arr)[1]) if (arr.sum(0) > 0).all() and (arr.sum(1) > 0).all() \
+    p = float(stats.chi2_contingency(arr)[1]) if (arr.sum(0) > 0).all() and (arr.sum(1) > 0).all() \
         else 1.0
     # Relative change of the hit rate; with no baseline hits it is 0 when the VoE arm has
     # none either, and undefined (None: JSON has no infinity) when it has some.
@@ -121,7 +122,8 @@ def run_voe_bench(data: str | Path, handle: ModelHandle, out_dir: str | Path, *,
                                persist_history=False)
                 asked = 0
                 for turn in turns:
-                    text = with_caption(turn["text"], turn)[:MAX_MESSAGE_CHARS].strip()
+                    text = with_caption(turn["text"], turn_metadata(turn))[
+                        :MAX_MESSAGE_CHARS].strip()
                     if turn["speaker"] != conv.speakers[0]:
                         loop.observe("assistant", text)
                         continue

@@ -1,15 +1,15 @@
 """Who each piece of a conversation is about: words credited to people, without an LLM.
 
 A turn is not simply about its speaker. In a two-person chat the listener keeps echoing
-the speaker's news back ("Wow Melanie, a charity race! What did you take away from
-it?"), so a turn by Caroline can hold every word of Melanie's race. Each sentence of a
+the speaker's news back ("Wow Ben, a charity race! What did you take away from
+it?"), so a turn by Ana can hold every word of Ben's race. Each sentence of a
 turn is therefore credited by its grammar:
 
 * first person ("I ran", "my kids"): the speaker (and the addressee too when the
   sentence also says "you": "I love your painting" is about both);
 * second person only ("your kids are lovely"): the addressee (the previous turn's
   speaker, or the other participant);
-* neither, but naming another participant ("Congrats on the store, Gina!"): that person;
+* neither, but naming another participant ("Congrats on the store, Tom!"): that person;
 * none of these ("A charity race for mental health! So inspiring."): words the previous
   turn (by someone else) already said are an echo and go to whoever said them first;
   the rest stay with the speaker.
@@ -43,7 +43,7 @@ class Unit:
     """One turn or item of a conversation, its words credited to people.
 
     ``people`` maps a person to the (stemmed, stop-word-free) tokens credited to them;
-    ``ids`` are the turn ids (``D3:7``) or item ids it stands for.
+    ``ids`` are the turn ids (``s3:7``) or item ids it stands for.
     """
 
     ids: list[str]
@@ -72,7 +72,7 @@ class ConversationIndex:
 
 
 def _name_tokens(people: list[str]) -> dict[str, set[str]]:
-    # "Caroline Smith" is named by "caroline" or "smith"; tokens are stemmed like the text.
+    # "Ana Silva" is named by "ana" or "silva"; tokens are stemmed like the text.
     return {p: set(textmod.tokens(p)) for p in people}
 
 

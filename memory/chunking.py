@@ -120,7 +120,7 @@ def chunk_turns(turns: Sequence[Turn], settings: ChunkSettings | None = None) ->
     """Cut one conversation's turns (in order) into extraction chunks.
 
     Example:
-        >>> turns = store.turns("conv-26", conversation_id="conv-26")  # doctest: +SKIP
+        >>> turns = store.turns("u1", conversation_id="chat-1")  # doctest: +SKIP
         >>> sum(len(c.turns) for c in chunk_turns(turns)) == len(turns)  # doctest: +SKIP
         True
     """

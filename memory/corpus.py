@@ -3,8 +3,8 @@
 * **names**: capitalised words inside a sentence (not its first word) that the tenant's
   text never writes in lower case more often than capitalised, minus the tenant's
   speakers, months and days. That test, not a name list, is what keeps "Nature" out.
-  A name is a person's *own* in a conversation when they said it first there (James's
-  dog Max is James's, though John asks after him).
+  A name is a person's *own* in a conversation when they said it first there (Ben's
+  dog Rex is Ben's, though Tom asks after him).
 * **distinctive terms**: the log-odds ratio with an informative Dirichlet prior (Monroe,
   Colaresi & Quinn 2008) of the person's stemmed tokens against everyone else's in the
   tenant (``alpha0`` = 1000 pseudo-counts spread by overall frequency), as z-scores;
@@ -52,7 +52,7 @@ class Corpus:
                 (self.capital if word[0].isupper() else self.lower)[folded] += 1
         self.speakers = {s for _, s in self.by_person}
         # Who brought each name into each conversation: a name is the person's own when
-        # they said it first ("Max" is James's dog when James introduced him).
+        # they said it first ("Rex" is Ben's dog when Ben introduced him).
         self.introduced: dict[tuple[str, str], str] = {}
         for t in turns:
             for name in self.names_in(t.text):

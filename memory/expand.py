@@ -1,6 +1,6 @@
 """Query expansion with word vectors over a tenant's own vocabulary (no LLM).
 
-Multi-hop and list questions name a category ("Which cities has Jon visited?", "What
+Multi-hop and list questions name a category ("Which cities has Ben visited?", "What
 symbols matter to her?") while the evidence names instances ("a short trip to Rome",
 "the rainbow flag"): bm25 cannot match them and a sentence-level cosine is diluted by the
 rest of the turn. Embedding-based query expansion (Kuzi, Shtok & Kurland 2016; Diaz,
@@ -59,7 +59,7 @@ class TermExpander:
 
     Example:
         >>> expander = TermExpander(store, embedder)                 # doctest: +SKIP
-        >>> expander.expand("conv-30", ["cities", "visited"], min_sim=0.45, per_word=3)
+        >>> expander.expand("u1", ["cities", "visited"], min_sim=0.45, per_word=3)
         ['place', 'downtown', 'locat', 'visit', 'trip', 'explor']
     """
 

@@ -5,7 +5,7 @@ pairs for a chunk of turns. Nothing it says about provenance is taken on trust:
 
 * **evidence** is the chunk's turn whose content words best support the claim, found by
   overlap, and a claim no turn supports is rejected. The model is not shown turn ids
-  at all: SmolLM2-135M, shown "[D1:3] Ana: ..." lines, filled every field with ids;
+  at all: SmolLM2-135M, shown "[s1:3] Ana: ..." lines, filled every field with ids;
   shown "Ana: ..." lines, it copies words from the turns, which grounding can place;
 * **speaker** (who said it) is the evidence turn's speaker, never the model's guess;
 * **about** (whom it concerns) is the model's subject or ``about`` resolved against the
@@ -30,6 +30,7 @@ from rapidfuzz import fuzz, process
 
 from . import text as textmod
 from .chunking import Chunk
+from .dates import DEFAULT_DATE_STYLE, DateStyle, render_day
 from .models import EntityItem, FactItem, QAPairItem, Turn, with_caption
 from .timeparse import TimeSpan, normalise_time, resolve_times
 
@@ -41,7 +42,7 @@ MAX_QA = 2
 SUPPORT = 0.5
 """Share of a claim's content words a turn must hold to count as its evidence."""
 
-_ID_LIKE = re.compile(r"^\s*\[?[A-Z]{0,2}\d+:\d+\]?\s*$")
+_ID_LIKE = re.compile(r"^\s*\[?[A-Za-z]{0,2}\d+:\d+\]?\s*$")  # a turn id ("s1:3"), a clock
 _FIRST_PERSON = {"i", "me", "my", "mine", "myself", "i'm", "i've"}
 _SECOND_PERSON = {"you", "your", "yours", "yourself", "you're"}
 
@@ -60,7 +61,7 @@ class ExtractedEntity(BaseModel):
     """A person (or pet, place, group) the turns name, with a role or state if said."""
 
     name: str = Field(max_length=30)
-    role: str = Field(default="", max_length=40, description="e.g. 'Maria's friend'")
+    role: str = Field(default="", max_length=40, description="e.g. 'Ana's friend'")
     state: str = Field(default="", max_length=40, description="e.g. 'lives in Oslo'")
 
 
@@ -95,12 +96,13 @@ def _fold(value: str) -> str:
     return " ".join(textmod.words(value))
 
 
-def chunk_text(chunk: Chunk) -> str:
-    """The chunk as the extractor reads it: a date line per session, then ``who: text``."""
+def chunk_text(chunk: Chunk, date_style: DateStyle = DEFAULT_DATE_STYLE) -> str:
+    """The chunk as the extractor reads it: a date line per day (in ``date_style``), then
+    ``who: text`` lines."""
     lines: list[str] = []
     day = None
     for turn in chunk.turns:
-        when = f"{turn.event_time.day} {turn.event_time:%B %Y}" if turn.event_time else "?"
+        when = render_day(turn.event_time, date_style) if turn.event_time else "?"
         if when != day:
             lines.append(f"-- {when} --")
             day = when
@@ -140,17 +142,17 @@ def resolve_person(name: str, speaker: str, participants: Sequence[str]) -> str:
     return firsts[match[0]] if match else name.strip()
 
 
-def _time(phrase: str, turn: Turn) -> TimeSpan | None:
+def _time(phrase: str, turn: Turn, style: DateStyle) -> TimeSpan | None:
     if turn.event_time is None:
         return None
     if phrase.strip():
-        return normalise_time(phrase, turn.event_time)
-    found = resolve_times(turn.text, turn.event_time)
+        return normalise_time(phrase, turn.event_time, style)
+    found = resolve_times(turn.text, turn.event_time, style)
     return found[0] if found else None
 
 
 def _fact(raw: ExtractedFact, chunk: Chunk, participants: Sequence[str], user_id: str,
-          source: str, out: Grounded) -> None:
+          source: str, out: Grounded, style: DateStyle) -> None:
     if any(_ID_LIKE.match(v) for v in (raw.subject, raw.predicate, raw.object)):
         out.rejected["id as value"] += 1
         return
@@ -175,7 +177,7 @@ def _fact(raw: ExtractedFact, chunk: Chunk, participants: Sequence[str], user_id
         return value
 
     phrase, where = stated("time", raw.time.strip()), stated("location", raw.location.strip())
-    span = _time(phrase, first)
+    span = _time(phrase, first, style)
     if phrase and span is None:
         out.unresolved_times += 1  # the fact stays; the words stay in time_text
     subject = about if about in participants else raw.subject.strip()
@@ -235,15 +237,17 @@ def _entity(raw: ExtractedEntity, chunk: Chunk, participants: Sequence[str], use
 
 
 def ground(extraction: Extraction, chunk: Chunk, participants: Sequence[str], user_id: str,
-           source: str) -> Grounded:
+           source: str, date_style: DateStyle = DEFAULT_DATE_STYLE) -> Grounded:
     """Ground one chunk's extraction: evidence, speaker, about-whom and time checked.
+
+    A fact's resolved time is added to its text in ``date_style`` ("... (2023-05-07)").
 
     Example:
         >>> ground(extraction, chunk, ["Ana", "Tom"], "u1", "extractor")  # doctest: +SKIP
     """
     out = Grounded()
     for fact in extraction.facts:
-        _fact(fact, chunk, participants, user_id, source, out)
+        _fact(fact, chunk, participants, user_id, source, out, date_style)
     for pair in extraction.qa:
         _qa(pair, chunk, participants, user_id, source, out)
     for entity in extraction.entities:

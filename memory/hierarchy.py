@@ -56,8 +56,11 @@ def _merge(keep: FactItem, other: FactItem) -> None:
     keep.confidence = max(keep.confidence, other.confidence)
 
 
-def dedup(facts: Sequence[FactItem], fuzzy: float, stats: HierarchyStats) -> list[FactItem]:
-    """Merge duplicates per person: exact folded text first, then fuzzy; order kept."""
+def dedup(facts: Sequence[FactItem], fuzzy: float, stats: HierarchyStats,
+          into: dict[int, FactItem] | None = None) -> list[FactItem]:
+    """Merge duplicates per person: exact folded text first, then fuzzy; order kept.
+
+    ``into`` (if given) maps ``id()`` of each merged-away fact to the fact it joined."""
     kept: list[FactItem] = []
     exact: dict[tuple[str, str], FactItem] = {}
     by_person: dict[str, list[FactItem]] = defaultdict(list)
@@ -67,12 +70,16 @@ def dedup(facts: Sequence[FactItem], fuzzy: float, stats: HierarchyStats) -> lis
         if key in exact:
             _merge(exact[key], fact)
             stats.exact_merged += 1
+            if into is not None:
+                into[id(fact)] = exact[key]
             continue
         twin = next((k for k in by_person[person]
                      if fuzz.token_set_ratio(_fold(k.text), key[1]) >= fuzzy), None)
         if twin is not None:
             _merge(twin, fact)
             stats.fuzzy_merged += 1
+            if into is not None:
+                into[id(fact)] = twin
             continue
         exact[key] = fact
         by_person[person].append(fact)
@@ -121,36 +128,72 @@ def _graph_edges(user_id: str, facts: Sequence[FactItem], items: Iterable[Item],
     return edges
 
 
+class FactEvent(BaseModel):
+    """What happened to one proposed fact: ``ADD`` (stored), ``NONE`` (it was already
+    known: merged into ``id``), or ``UPDATE`` (stored as ``id``, ending ``previous_id``,
+    an earlier value of the same single-valued relation, whose text was ``previous``)."""
+
+    id: str
+    memory: str
+    event: str
+    previous: str | None = None
+    previous_id: str | None = None
+
+
 def reconcile_conversation(store: Store, user_id: str, facts: Sequence[FactItem],
                            qa: Sequence[QAPairItem], turn_ids: dict[str, str], *,
-                           fuzzy: float = 90.0) -> HierarchyStats:
+                           fuzzy: float = 90.0, existing: Sequence[FactItem] = (),
+                           events: list[FactEvent] | None = None) -> HierarchyStats:
     """Reconcile one conversation's grounded facts session by session, then store them.
 
     Args:
         store: where facts, QA pairs and edges are written (one transaction).
         user_id: the tenant.
         facts, qa: the grounded items of every chunk of the conversation.
-        turn_ids: source turn id (``D3:7``) -> store turn id, for ``derived_from`` edges.
+        turn_ids: source turn id -> store turn id, for ``derived_from`` edges.
         fuzzy: the ``token_set_ratio`` at which two facts of one person are one fact.
+        existing: facts already stored for this conversation and still valid (an
+            incremental ingest): new facts merge into them and may supersede them.
+        events: if given, receives one :class:`FactEvent` per proposed fact.
     """
     stats = HierarchyStats(facts_in=len(facts))
+    into: dict[int, FactItem] = {}
     sessions: dict[str | None, list[FactItem]] = defaultdict(list)
     for fact in facts:
         sessions[fact.session_id].append(fact)
-    per_session = [f for group in sessions.values() for f in dedup(group, fuzzy, stats)]
-    merged = dedup(per_session, fuzzy, stats)
+    per_session = [f for group in sessions.values() for f in dedup(group, fuzzy, stats, into)]
+    known = {id(f) for f in existing}
+    merged = dedup([*existing, *per_session], fuzzy, stats, into)
     with store.transaction():
         for fact in merged:
-            fact.id = store.add(fact)
+            fact.id = store.add(fact)  # a known fact re-added merges its new evidence
         for pair in qa:
             pair.id = store.add(pair)
+        ended_by: dict[int, FactItem] = {}
         for newer, older in contradictions(merged):
+            if id(newer) in known or older.valid_to is not None:
+                continue  # settled by an earlier ingest
             ended = supersede(store, user_id, older.id, newer.id,
                               f"{newer.about} {newer.predicate}: '{newer.object}' replaces "
                               f"'{older.object}'")
             older.valid_to = ended.valid_to  # the persona reads the in-memory facts
+            ended_by[id(newer)] = older
             stats.superseded += 1
-        edges = _graph_edges(user_id, merged, [*merged, *qa], turn_ids)
+        fresh = [f for f in merged if id(f) not in known]
+        edges = _graph_edges(user_id, merged if not known else fresh, [*fresh, *qa], turn_ids)
         stats.edges = store.add_edges(edges) + stats.superseded
-    stats.stored = len(merged)
+    stats.stored = len(fresh)
+    if events is not None:
+        for fact in facts:
+            keeper = fact
+            while id(keeper) in into:
+                keeper = into[id(keeper)]
+            if keeper is not fact or id(keeper) in known:
+                events.append(FactEvent(id=keeper.id, memory=keeper.text, event="NONE"))
+            elif id(fact) in ended_by:
+                old = ended_by[id(fact)]
+                events.append(FactEvent(id=fact.id, memory=fact.text, event="UPDATE",
+                                        previous=old.text, previous_id=old.id))
+            else:
+                events.append(FactEvent(id=fact.id, memory=fact.text, event="ADD"))
     return stats

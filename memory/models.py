@@ -26,8 +26,12 @@ def as_utc(value: datetime | None) -> datetime | None:
 
 
 def with_caption(text: str, metadata: dict[str, Any]) -> str:
-    """A turn's text with its image caption, if it shared one (how turns are shown)."""
-    caption = metadata.get("blip_caption")
+    """A turn's text with its caption, if it shared something (how turns are shown).
+
+    ``metadata["caption"]`` describes an image or a file the turn shared; format adapters
+    map a dataset's own caption field to it.
+    """
+    caption = metadata.get("caption")
     return f"{text} [shares a photo: {caption}]" if caption else text
 
 
@@ -40,7 +44,7 @@ class _Model(BaseModel):
 
 
 class Conversation(_Model):
-    """A conversation a tenant took part in (LoCoMo: one ``sample_id``)."""
+    """A conversation a tenant took part in (a chat thread, a dataset's dialogue)."""
 
     id: str
     user_id: str
@@ -65,8 +69,8 @@ class Session(_Model):
 class Turn(_Model):
     """One utterance: who said what, in which session, and when it happened.
 
-    ``turn_id`` is the source's own id (LoCoMo's ``D3:7``); ``id`` is the store's.
-    Image captions and other side data stay in ``metadata``.
+    ``turn_id`` is the source's own id (``s3:7``); ``id`` is the store's. Side data stays
+    in ``metadata``: ``caption`` describes an attached image or file.
     """
 
     id: str = ""
@@ -131,7 +135,7 @@ class FactItem(Item):
     ``speaker`` said it, ``about`` is whom it concerns; ``event_time`` .. ``time_end`` is
     the span it happened in, resolved from ``time_text`` (the words used) against the
     session date, at ``granularity`` (day, week, month, year). ``evidence`` holds the
-    source turn ids (LoCoMo's ``D3:7``) inside ``conversation_id``.
+    source turn ids (``s3:7``) inside ``conversation_id``.
     """
 
     kind: Literal["fact"] = "fact"
@@ -209,9 +213,9 @@ class PersonaItem(Item):
 class EntityItem(Item):
     """A person (or other entity) as one conversation knows it.
 
-    One row per name per conversation: two conversations' "John" are two entities until
+    One row per name per conversation: two conversations' "Ben" are two entities until
     the reconciler decides they are the same person. ``roles`` are what the entity is to
-    others ("Maria's friend"), ``states`` what held of it at a time ("lives in Oslo").
+    others ("Ana's friend"), ``states`` what held of it at a time ("lives in Oslo").
     """
 
     kind: Literal["entity"] = "entity"

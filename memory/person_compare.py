@@ -5,7 +5,7 @@ All deterministic; the reconciler's tools return these and its guard reads them.
 * **Shared, strong**: a named value of a relation both state (the same spouse, child,
   pet or relative by name; the same employer, home or origin), and *own* names both
   introduced into their conversations (a name the partner brought in is the partner's:
-  James's dog Max is no evidence about John). ``shared_distinctive`` counts these.
+  Ben's dog Rex is no evidence about Tom). ``shared_distinctive`` counts these.
 * **Shared, weak**: distinctive terms in both top lists, names both merely mention.
 * ``overlap_score`` = 0.45·min(1, relations/2) + 0.35·min(1, own names/3)
   + 0.20·(shared terms / k): strong evidence dominates; topics alone reach 0.2 at most,

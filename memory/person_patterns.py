@@ -48,7 +48,7 @@ class Observation:
         kind: ``state`` (holds from now on), ``start`` (begins now: "got a new job",
             "signed with"), ``end`` (ended now: "lost my job at X"), ``wedding``.
         when: the turn's date (its session's event time).
-        evidence: the turn id, e.g. ``D28:1`` (``fact:<id>`` when it came from a fact).
+        evidence: the turn id, e.g. ``s28:1`` (``fact:<id>`` when it came from a fact).
         text: the words matched, cut to 120 characters.
     """
 

@@ -49,7 +49,7 @@ def persona(store: Store, user_id: str, person: str, conversation_id: str
             ) -> list[PersonaItem]:
     """The persona of ``person`` as ``conversation_id`` knows them, plus the rows of every
     conversation the reconciler merged them with — never of a namesake merely sharing
-    the name (two conversations' "John" stay two personas until a MERGE)."""
+    the name (two conversations' "Ben" stay two personas until a MERGE)."""
     ids = [i for conv in same_person_conversations(store, user_id, conversation_id, person)
            for i in _ids(store, user_id, conv)]
     rows = [i for i in store.get_many(user_id, ids)

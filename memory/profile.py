@@ -169,7 +169,7 @@ def build_profile(corpus: Corpus, conversation_id: str, name: str, *,
         name: the speaker, as the conversation spells it.
         facts: stored facts about or by the person in that conversation (may be empty).
         exclude: speaker names whose turns stay out of the background of the distinctive
-            terms (when comparing two Johns, neither John is the other's background).
+            terms (when comparing two Bens, neither Ben is the other's background).
         k_terms: how many distinctive terms to keep.
     """
     key = (conversation_id, name)

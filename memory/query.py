@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from . import text as textmod
+from .dates import DEFAULT_DATE_STYLE, DateStyle, render_day, render_month
 
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 _MONTHS |= {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
@@ -146,17 +147,17 @@ _SPOKEN_TIME = re.compile(
 )
 
 
-def _day(when: datetime) -> str:
-    return f"{when.day} {when:%B %Y}"
+def _day(when: datetime, style: DateStyle) -> str:
+    return render_day(when, style)
 
 
-def _spoken_time(m: re.Match[str], when: datetime) -> str | None:
+def _spoken_time(m: re.Match[str], when: datetime, style: DateStyle) -> str | None:
     phrase = " ".join(m[1].lower().split())
-    anchor = _day(when)
+    anchor = _day(when, style)
     if phrase in ("today", "tonight", "last night"):
-        return _day(when - timedelta(days=1)) if phrase == "last night" else anchor
+        return _day(when - timedelta(days=1), style) if phrase == "last night" else anchor
     if phrase in ("yesterday", "tomorrow"):
-        return _day(when + timedelta(days=-1 if phrase == "yesterday" else 1))
+        return _day(when + timedelta(days=-1 if phrase == "yesterday" else 1), style)
     if m[2]:
         plural = "" if m[2].lower() in ("a", "an", "one", "1") else "s"
         return f"{m[2]} {m[3].lower()}{plural} before {anchor}"
@@ -164,7 +165,7 @@ def _spoken_time(m: re.Match[str], when: datetime) -> str | None:
     if unit == "month":
         year, month0 = divmod(when.year * 12 + when.month - 1
                               + {"last": -1, "this": 0, "next": 1}[which], 12)
-        return f"{calendar.month_name[month0 + 1]} {year}"
+        return render_month(year, month0 + 1, style)
     if unit == "year":
         return str(when.year + {"last": -1, "this": 0, "next": 1}[which])
     if which == "this":
@@ -172,23 +173,26 @@ def _spoken_time(m: re.Match[str], when: datetime) -> str | None:
     return f"the {unit} {'before' if which == 'last' else 'after'} {anchor}"
 
 
-def annotate_times(text: str, when: datetime | None) -> str:
+def annotate_times(text: str, when: datetime | None,
+                   date_style: DateStyle = DEFAULT_DATE_STYLE) -> str:
     """``text`` with each relative time phrase followed by what it meant on ``when``.
 
     Relative phrases ("yesterday", "last week", "two days ago", "next month") are read
     against the date the words were said; absolute dates pass through unchanged. The
-    resolution is written in the style of LoCoMo's own answer key ("the week before
-    9 June 2023"), which is how a person would restate it.
+    resolution restates the phrase against that date, as a person would ("the week
+    before 2023-06-09"), its dates written in ``date_style`` (see ``memory.dates``).
 
     Example:
         >>> annotate_times("I ran a race last Saturday.", datetime(2023, 5, 8))
-        'I ran a race last Saturday [the saturday before 8 May 2023].'
+        'I ran a race last Saturday [the saturday before 2023-05-08].'
+        >>> annotate_times("I ran yesterday.", datetime(2023, 5, 8), "long")
+        'I ran yesterday [7 May 2023].'
     """
     if when is None:
         return text
 
     def note(m: re.Match[str]) -> str:
-        resolved = _spoken_time(m, when)
+        resolved = _spoken_time(m, when, date_style)
         return f"{m[0]} [{resolved}]" if resolved else m[0]
 
     return _SPOKEN_TIME.sub(note, text)

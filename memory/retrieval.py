@@ -101,7 +101,7 @@ class Retriever:
 
     Example:
         >>> r = Retriever(store, embedder)                       # doctest: +SKIP
-        >>> r.search("conv-26", "When did Caroline go to the support group?", k=5)
+        >>> r.search("u1", "When did Ana go to the support group?", k=5)
     """
 
     def __init__(

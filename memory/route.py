@@ -1,12 +1,12 @@
 """Question routing: which person a question is about, in which conversations, or global.
 
 A tenant's memory can hold several conversations (one user talking with several
-people, or LoCoMo's conversations loaded under one tenant). A question that names a
-known person ("What did Caroline realize...", "Caroline's kids") is routed to the
+people, or a dataset's conversations loaded under one tenant). A question that names a
+known person ("What did Ana realize...", "Ana's kids") is routed to the
 conversations that person speaks in or that hold items about them; one that names no
 one is global (every conversation of the tenant); a caller that already knows the
 conversation pins it. People are known by speaker names, item ``speaker``/``about``
-and entity names and aliases; possessives count ("Caroline's").
+and entity names and aliases; possessives count ("Ana's").
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ class Router:
 
     Example:
         >>> router = Router(store)                                   # doctest: +SKIP
-        >>> router.route("u1", "What did Caroline realize after her race?").people
-        ['Caroline']
+        >>> router.route("u1", "What did Ana realize after her race?").people
+        ['Ana']
     """
 
     def __init__(self, store: Store) -> None:
@@ -101,7 +101,17 @@ class Router:
         items = self._items(user_id, conversation_id)
         built = index_conversation(conversation_id, turns, items)
         self._indexes[key] = (state, built)
+        while len(self._indexes) > self.MAX_INDEXES:  # oldest first: dicts keep order
+            self._indexes.pop(next(iter(self._indexes)))
         return built
+
+    MAX_INDEXES = 64
+    """Most conversation indexes kept in memory (each holds a conversation's turns)."""
+
+    def forget(self, user_id: str) -> None:
+        """Drop the cached indexes of one tenant (after it is deleted)."""
+        for key in [k for k in self._indexes if k[0] == user_id]:
+            del self._indexes[key]
 
     def _items(self, user_id: str, conversation_id: str) -> list[Item]:
         ids = [r[0] for r in self.store.conn.execute(

@@ -229,6 +229,27 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE VIRTUAL TABLE items_instances USING fts5vocab(items_fts, 'instance')
         """,
     ),
+    (
+        8,
+        "versions",
+        # Earlier versions of turns and items (``Store.update`` writes a new version and
+        # closes the old one here): ``snapshot`` is the node as it was, JSON; ``recorded_at``
+        # when that version was written, ``valid_to`` when a newer one replaced it.
+        """
+        CREATE TABLE versions (
+            user_id TEXT NOT NULL,
+            node_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            event TEXT NOT NULL,
+            snapshot TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            valid_to TEXT NOT NULL,
+            PRIMARY KEY (node_id, version)
+        );
+        CREATE INDEX versions_tenant ON versions (user_id);
+        ALTER TABLE turns ADD COLUMN updated_at TEXT
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
@@ -260,19 +281,22 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
     for version, name, sql in MIGRATIONS:
         if version in done:
             continue
-        # executescript would COMMIT implicitly; run statements one by one in a savepoint.
-        conn.execute("SAVEPOINT migrate")
+        # The write lock up front, then a second look: another process opening the same
+        # new file may have applied this version since ``done`` was read. (executescript
+        # would COMMIT implicitly, so statements run one by one.)
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in filter(str.strip, sql.split(";")):
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                (version, name, datetime.now(UTC).isoformat()),
-            )
+            if conn.execute("SELECT 1 FROM schema_migrations WHERE version = ?",
+                            (version,)).fetchone() is None:
+                for statement in filter(str.strip, sql.split(";")):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (version, name, datetime.now(UTC).isoformat()),
+                )
+                applied.append(version)
         except BaseException:
-            conn.execute("ROLLBACK TO migrate")
-            conn.execute("RELEASE migrate")
+            conn.execute("ROLLBACK")
             raise
-        conn.execute("RELEASE migrate")
-        applied.append(version)
+        conn.execute("COMMIT")
     return applied

@@ -50,8 +50,8 @@ def tokens(text: str) -> list[str]:
     """Normalised index tokens: words minus stop-words, Snowball-stemmed.
 
     Example:
-        >>> tokens("Caroline went to the LGBTQ support groups!")
-        ['carolin', 'went', 'lgbtq', 'support', 'group']
+        >>> tokens("Ana went to the LGBTQ support groups!")
+        ['ana', 'went', 'lgbtq', 'support', 'group']
     """
     kept = [w.replace("'", "") for w in words(text) if w not in STOP_WORDS]
     return _stemmer().stemWords([w for w in kept if w])

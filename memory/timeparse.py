@@ -6,7 +6,7 @@ through :func:`normalise_time`, which reads a phrase against the date the words 
 (the *base*) and returns a :class:`TimeSpan`, or None when the phrase is not a time.
 
 Two readers, one authority. The regex resolver of :mod:`memstrata.memory.query`
-(``time_range``, ``_SPOKEN_TIME``, ``_spoken_time``) encodes LoCoMo's conventions, so it
+(``time_range``, ``_SPOKEN_TIME``, ``_spoken_time``) encodes the conventions below, so it
 decides every shape it knows; this module extends it, with the same conventions, to the
 shapes it names but gives no span for (``next ...``, weekends, weekdays, "tomorrow").
 ``dateparser`` (session date as ``RELATIVE_BASE``) reads the shapes no regex knows
@@ -14,14 +14,18 @@ shapes it names but gives no span for (``next ...``, weekends, weekdays, "tomorr
 phrase the regexes resolved. Measured disagreements, all won by the regex resolver:
 
 - "n days/weeks/months/years ago": dateparser gives the calendar unit n units back
-  ("a month ago" on 8 May 2023 = all of April); LoCoMo's key says "a month before 8 May
-  2023", a point with slack, so the resolver's window centred n units back wins.
+  ("a month ago" on 2023-05-08 = all of April); a person restating it says "a month
+  before 2023-05-08", a point with slack, so the resolver's window centred n units back
+  wins.
 - "last/this/next weekend", "n weekends ago": dateparser reads nothing.
 
 Conventions: weeks run Monday to Sunday; "last weekend" is the weekend of the previous
 week; "last Saturday" is the latest Saturday strictly before the base; seasons are
 northern-hemisphere meteorological (winter Y = December Y to February Y+1). Spans are
-whole days, in UTC, ``end`` inclusive (23:59:59 of the last day).
+whole days, in UTC, ``end`` inclusive (23:59:59 of the last day). The restatement
+(``TimeSpan.resolved``) writes its dates in a date style (``memory.dates``): ISO by
+default ("the week before 2023-06-09", "2022-12"), or "long" ("the week before
+9 June 2023", "December 2022"); a restatement in either style reads back to its own span.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Literal, cast
 
 from pydantic import BaseModel, ConfigDict
 
+from .dates import DEFAULT_DATE_STYLE, DateStyle, render_month
 from .query import (
     _DAY_MONTH_YEAR,
     _MONTH_DAY_YEAR,
@@ -69,7 +74,7 @@ class TimeSpan(BaseModel):
 
     Example:
         >>> normalise_time("yesterday", datetime(2023, 5, 8)).resolved
-        '7 May 2023'
+        '2023-05-07'
     """
 
     model_config = ConfigDict(frozen=True)
@@ -102,12 +107,15 @@ _COUNT = rf"\d+|an?|one|two|three|four|five|six|{_MORE}"
 _COLLOQUIAL = re.compile(
     rf"\b(?:(?P<n>{_MORE})\s+(?P<unit>day|week|weekend|month|year)s?\s+ago|(?P<which>last|next)"
     rf"\s+(?P<abbr>(?-i:{_ABBR_RE}))|this\s+past\s+(?P<past>weekend|week))\b", re.I)
-# "the week before 9 June 2023", "two weekends before 17 July 2023": the answer-key style,
-# read so that every `resolved` string normalises back to its own span.
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_ISO_MONTH = re.compile(r"((?:19|20)\d{2})-(0[1-9]|1[0-2])")
+# "the week before 2023-06-09", "two weekends before 17 July 2023": restatements, as
+# `resolved` writes them in any date style, read so that each normalises back to its span.
 _ANCHORED = re.compile(
     rf"\b(?:the\s+)?(?:(?P<unit>day|week|weekend|{_WEEKDAYS})|(?P<n>{_COUNT})\s+"
     rf"(?P<units>day|week|weekend|month|year)s?)\s+(?P<rel>before|after|of)\s+"
-    rf"(?P<date>{_DAY_MONTH_YEAR.pattern}|{_MONTH_DAY_YEAR.pattern})", re.I)
+    rf"(?P<date>{_DAY_MONTH_YEAR.pattern}|{_MONTH_DAY_YEAR.pattern}|\b{_ISO_DAY.pattern}\b)",
+    re.I)
 # Month names are case-sensitive here so that "this may be" is not a month.
 _NAMED = re.compile(
     rf"\b(?:the\s+)?(?:(?P<which>last|this|next|past)\s+(?P<name>spring|summer|autumn|fall|"
@@ -127,8 +135,7 @@ _FIND = (  # (pattern, group): what find_time_phrases looks for, group 0 or the 
 )
 _PREFIX = re.compile(r"^(?:(?:in|on|at|during|over|since|from|around|about|circa|roughly|"
                      r"approximately|just|only|back|sometime|early|mid|late)\s+|mid-)+", re.I)
-_ID = re.compile(r"[A-Za-z]+\d*:\d+")  # LoCoMo dialogue ids ("D1:3"), never times
-_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_ID = re.compile(r"[A-Za-z]+\d*:\d+")  # source turn ids ("s1:3"), never times
 # dateparser reads nearly any word as something ("a" -> January), so it only sees phrases
 # that carry a date word or a digit.
 _DATEISH = re.compile(
@@ -138,18 +145,22 @@ _PAST_TENSE = re.compile(r"\b(?:ago|last|yesterday|previous|past|earlier)\b", re
 _MAX_DISTANCE = timedelta(days=round(120 * 365.25))
 
 
-def normalise_time(phrase: str, base: datetime) -> TimeSpan | None:
+def normalise_time(phrase: str, base: datetime,
+                   date_style: DateStyle = DEFAULT_DATE_STYLE) -> TimeSpan | None:
     """The span ``phrase`` meant when said on ``base``, or None if it names no time.
 
     Args:
         phrase: a time expression as said ("last week", "in 2019", "on 5 June").
         base: when it was said (the session date); naive means UTC.
+        date_style: how ``resolved`` writes its dates (``memory.dates``).
 
     Example:
         >>> normalise_time("last year", datetime(2023, 5, 8)).resolved
         '2022'
+        >>> normalise_time("last week", datetime(2023, 5, 8), "long").resolved
+        'the week before 8 May 2023'
     """
-    return _normalise(phrase.strip(), _utc(base))
+    return _normalise(phrase.strip(), _utc(base), date_style)
 
 
 def find_time_phrases(text: str) -> list[str]:
@@ -169,22 +180,27 @@ def find_time_phrases(text: str) -> list[str]:
     return found
 
 
-def resolve_times(text: str, base: datetime) -> list[TimeSpan]:
+def resolve_times(text: str, base: datetime,
+                  date_style: DateStyle = DEFAULT_DATE_STYLE) -> list[TimeSpan]:
     """Every time phrase in ``text`` that normalises against ``base``, in order."""
-    return [span for p in find_time_phrases(text) if (span := normalise_time(p, base))]
+    return [span for p in find_time_phrases(text)
+            if (span := normalise_time(p, base, date_style))]
 
 
 @lru_cache(maxsize=8192)
-def _normalise(phrase: str, base: datetime) -> TimeSpan | None:
+def _normalise(phrase: str, base: datetime, style: DateStyle) -> TimeSpan | None:
     core = _PREFIX.sub("", " ".join(phrase.split()).strip(" .,;:!?")).strip()
     if not core or len(core) > 100 or _ID.fullmatch(core):
         return None
-    if not re.search(r"[A-Za-z]", core) and not (_YEAR.fullmatch(core) or _ISO_DAY.fullmatch(core)):
-        return None  # a bare number is a time only as a year
-    reading = _anchored(core) or _named(core, base) or _relative(core, base)
+    if not re.search(r"[A-Za-z]", core) and not (
+            _YEAR.fullmatch(core) or _ISO_DAY.fullmatch(core) or _ISO_MONTH.fullmatch(core)):
+        return None  # a bare number is a time only as a year (or an ISO day or month)
+    reading = (_anchored(core, style) or _named(core, base, style)
+               or _relative(core, base, style))
     if reading and reading[2]:
         _cross_check(core, base, reading[0])
-    reading = reading or _absolute(core) or _dateparser(core, base) or _partial(core, base)
+    reading = (reading or _absolute(core, style) or _dateparser(core, base, style)
+               or _partial(core, base, style))
     if reading is None:
         return None
     (start, end, granularity), resolved, relative = reading
@@ -195,20 +211,21 @@ def _normalise(phrase: str, base: datetime) -> TimeSpan | None:
                     resolved=resolved, relative=relative)
 
 
-def _relative(core: str, base: datetime) -> _Reading | None:
+def _relative(core: str, base: datetime, style: DateStyle) -> _Reading | None:
     """The regex resolver's reading of a spoken relative phrase ("two weekends ago")."""
     if m := _COLLOQUIAL.fullmatch(core):
         if m["n"]:  # "a few days ago": read as three days, restated as said
             words, unit = " ".join(m["n"].lower().split()), m["unit"].lower()
-            reading = _relative(f"{_MORE_COUNTS[words]} {unit}s ago", base)
-            return reading and (reading[0], f"{words} {unit}s before {_day(base)}", True)
+            reading = _relative(f"{_MORE_COUNTS[words]} {unit}s ago", base, style)
+            return reading and (reading[0], f"{words} {unit}s before {_day(base, style)}",
+                                True)
         if m["abbr"]:
-            return _relative(f"{m['which']} {_ABBR_DAYS[m['abbr'].lower()]}", base)
-        return _relative(f"last {m['past']}", base)  # "this past weekend" = the last one
+            return _relative(f"{m['which']} {_ABBR_DAYS[m['abbr'].lower()]}", base, style)
+        return _relative(f"last {m['past']}", base, style)  # "this past weekend": the last
     if not (m := _SPOKEN_TIME.fullmatch(core)) or not (span := _spoken_span(m, base)):
         return None
-    resolved = _spoken_time(m, base) or ""
-    for weekday in _WEEKDAY_NUM:  # _spoken_time lower-cases; the answer key capitalises
+    resolved = _spoken_time(m, base, style) or ""
+    for weekday in _WEEKDAY_NUM:  # _spoken_time lower-cases; a restatement capitalises
         resolved = resolved.replace(f"the {weekday} ", f"the {weekday.capitalize()} ")
     return span, resolved, True
 
@@ -220,7 +237,7 @@ def _spoken_span(m: re.Match[str], base: datetime) -> _Span | None:
         unit = m[3].lower()
         if unit == "weekend":
             return (*_weekend(_week(base, -n)), "weekend")
-        # The resolver's window centred n units back (LoCoMo: "two weeks before <date>"),
+        # The resolver's window centred n units back ("two weeks before <date>"),
         # widened to whole days.
         start, end = time_range(phrase, base) or (base, base)
         return _day_range(start)[0], _day_range(end)[1], cast(Granularity, unit)
@@ -243,9 +260,9 @@ def _spoken_span(m: re.Match[str], base: datetime) -> _Span | None:
     return span[0], span[1], cast(Granularity, unit)
 
 
-def _anchored(core: str) -> _Reading | None:
-    """Answer-key restatements: "the week before 9 June 2023" is "last week" on that day."""
-    if not (m := _ANCHORED.fullmatch(core)) or not (anchor := _absolute(m["date"])):
+def _anchored(core: str, style: DateStyle) -> _Reading | None:
+    """Restatements: "the week before 2023-06-09" is "last week" on that day."""
+    if not (m := _ANCHORED.fullmatch(core)) or not (anchor := _absolute(m["date"], style)):
         return None
     rel, when = m["rel"].lower(), anchor[0][0]
     if m["n"]:
@@ -258,11 +275,11 @@ def _anchored(core: str) -> _Reading | None:
         return None
     else:
         phrase = f"{ {'before': 'last', 'after': 'next', 'of': 'this'}[rel]} {unit}"
-    reading = _relative(phrase, when)
+    reading = _relative(phrase, when, style)
     return reading and (reading[0], reading[1], False)
 
 
-def _named(core: str, base: datetime) -> _Reading | None:
+def _named(core: str, base: datetime, style: DateStyle) -> _Reading | None:
     """Seasons and named months: "the summer of 2022", "last summer", "next May"."""
     if not (m := _NAMED.fullmatch(core)):
         return None
@@ -284,22 +301,35 @@ def _named(core: str, base: datetime) -> _Reading | None:
     else:  # the one under way, else the one that falls in the base's year
         year, span = next((s for s in spans if s[1][0] <= base <= s[1][1]),
                           next(s for s in spans if s[0] == base.year))
-    resolved = _season_name(name, year) if granularity == "season" else f"{span[0]:%B %Y}"
+    resolved = (_season_name(name, year) if granularity == "season"
+                else render_month(span[0].year, span[0].month, style))
     return (*span, granularity), resolved, True
 
 
-def _absolute(core: str) -> _Reading | None:
-    """A date, month or year named outright, read by the resolver's own ``time_range``."""
+def _absolute(core: str, style: DateStyle) -> _Reading | None:
+    """A date, month or year named outright, read by the resolver's own ``time_range``
+    (an ISO day or month, as ``resolved`` writes them, directly)."""
+    if _ISO_DAY.fullmatch(core):
+        try:
+            day = datetime.strptime(core, "%Y-%m-%d").replace(tzinfo=UTC)
+        except ValueError:  # "2023-13-45": no day
+            return None
+        return (*_day_range(day), "day"), _say(day, "day", style), False
+    if m := _ISO_MONTH.fullmatch(core):
+        first = datetime(int(m[1]), int(m[2]), 1, tzinfo=UTC)
+        return (*_month_range(first.year, first.month), "month"), _say(first, "month", style), \
+            False
     shapes: tuple[tuple[re.Pattern[str], Granularity], ...] = (
         (_DAY_MONTH_YEAR, "day"), (_MONTH_DAY_YEAR, "day"), (_MONTH_YEAR, "month"),
         (_YEAR, "year"))
     for pattern, granularity in shapes:
         if pattern.fullmatch(core) and (span := time_range(core)):
-            return (*span, granularity), _say(span[0], granularity), False
+            return (*span, granularity), _say(span[0], granularity, style), False
     return None
 
 
-def _dateparser(core: str, base: datetime) -> _Reading | None:
+def _dateparser(core: str, base: datetime, style: DateStyle = DEFAULT_DATE_STYLE
+                ) -> _Reading | None:
     """dateparser's reading, for shapes no regex knows; its period is the granularity."""
     if not _DATEISH.search(core):
         return None
@@ -318,13 +348,14 @@ def _dateparser(core: str, base: datetime) -> _Reading | None:
     else:
         start, end = _day_range(when)
     # A phrase that names no year took its year from the base.
-    return (start, end, granularity), _say(start, granularity), not re.search(r"\d{4}", core)
+    return ((start, end, granularity), _say(start, granularity, style),
+            not re.search(r"\d{4}", core))
 
 
-def _partial(core: str, base: datetime) -> _Reading | None:
+def _partial(core: str, base: datetime, style: DateStyle) -> _Reading | None:
     """A longer phrase ("early May 2023"): its first outright date, else its first time."""
     readings = [r for p in find_time_phrases(core) if len(p) < len(core)
-                and (r := _normalise(p, base))]
+                and (r := _normalise(p, base, style))]
     best = next((r for r in readings if not r.relative), readings[0] if readings else None)
     return best and ((best.start, best.end, best.granularity), best.resolved, best.relative)
 
@@ -376,9 +407,10 @@ def _season_name(name: str, year: int) -> str:
     return f"the {name} of {year}" + (f"-{(year + 1) % 100:02d}" if name == "winter" else "")
 
 
-def _say(start: datetime, granularity: Granularity) -> str:
+def _say(start: datetime, granularity: Granularity, style: DateStyle) -> str:
     if granularity == "year":
         return str(start.year)
     if granularity == "month":
-        return f"{start:%B %Y}"
-    return f"the week of {_day(start)}" if granularity == "week" else _day(start)
+        return render_month(start.year, start.month, style)
+    day = _day(start, style)
+    return f"the week of {day}" if granularity == "week" else day

@@ -1,6 +1,6 @@
 """Verify who did what before answering: support for the named person against the others'.
 
-A question that names a person ("What did Caroline realize after her charity race?")
+A question that names a person ("What did Ana realize after her charity race?")
 presupposes that the thing it asks about is hers. The check: weigh the question's
 content words (its tokens less names, question scaffolding and dates) by idf over the
 conversation, and find the best support each person has: the share of that weight
@@ -74,7 +74,7 @@ class Verification(BaseModel):
 def question_terms(question: str, names: list[str]) -> list[str]:
     """The content tokens of a question: no names, scaffolding, dates or numbers."""
     drop = {t for n in names for t in textmod.tokens(n)} | SCAFFOLD | _DATE_WORDS
-    # "James's" tokenises as "jamess": strip possessives before tokenising.
+    # "Lars's" tokenises as "larss": strip possessives before tokenising.
     cleaned = question.replace("’", "'").replace("'s ", " ").replace("s' ", "s ")
     out = [t for t in dict.fromkeys(textmod.tokens(cleaned)) if t not in drop
            and not t.isdigit()]
@@ -123,7 +123,7 @@ def best_support(index: ConversationIndex, terms: list[str], person: str, *,
 
 def _phrase(question: str, matched: list[str]) -> str:
     # The longest run of consecutive question words whose stems were matched: "charity
-    # race" from "What did Caroline realize after her charity race?".
+    # race" from "What did Ana realize after her charity race?".
     best: list[str] = []
     run: list[str] = []
     for word in question.replace("?", " ").split():

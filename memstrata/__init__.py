@@ -13,3 +13,15 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # ``Memory`` loads on first use, so ``memstrata --help`` starts without DSPy or NumPy.
+    if name == "Memory":
+        from .api import Memory
+
+        return Memory
+    raise AttributeError(f"module 'memstrata' has no attribute {name!r}")
+
+
+__all__ = ["Memory", "__version__"]

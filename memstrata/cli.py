@@ -27,6 +27,7 @@ from memstrata.agent_commands import (
 from memstrata.chat_commands import cmd_chat, cmd_facts
 from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
+from memstrata.memory_commands import add_memory_parsers
 from memstrata.model_commands import add_doctor_parser, add_models_parser
 from memstrata.personal_commands import add_reconcile_args, cmd_reconcile
 from memstrata.programs.models import EMBEDDED
@@ -74,7 +75,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
     convs = read_locomo(args.file)
     embedder = _embedder(not args.no_embed)
-    with Store.open(args.db) as store, tqdm(
+    with Store.open(args.db, embedder=embedder) as store, tqdm(
         total=sum(c.turn_count for c in convs), unit="turn", desc="load"
     ) as bar:
         stats = load_locomo(store, convs, embedder=embedder, progress=bar.update)
@@ -338,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", help='fusion knobs as JSON, e.g. \'{"dense": 0.5}\'')
     p.set_defaults(func=cmd_search)
 
+    add_memory_parsers(sub, DEFAULT_DB)
+
     p = sub.add_parser("stats", help="row counts of a store", description=cmd_stats.__doc__)
     p.add_argument("--db", default=DEFAULT_DB)
     p.add_argument("--user", help="one tenant only")
@@ -473,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-api-base", help="server address for --judge")
     p.add_argument("--limit", type=int, help="at most N questions, spread evenly over "
                    "conversations and categories (quick runs)")
-    p.add_argument("--conversations", help="comma-separated sample ids, e.g. conv-26,conv-30")
+    p.add_argument("--conversations", help="comma-separated sample ids (default: all)")
     p.add_argument("--categories", help="comma-separated categories 1-5")
     p.add_argument("--systems", help="comma-separated subset of memstrata, naive_rag, "
                    "no_memory, full_context (default: all four)")

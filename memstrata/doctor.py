@@ -43,7 +43,7 @@ def _llama_build() -> Check:
         version = metadata.version("llama-cpp-python")
     except metadata.PackageNotFoundError:
         return Check(name="llama-cpp-python", status="FAIL",
-                     detail=f"not installed; install it portably: {REBUILD}")
+                     detail=f"not installed (the [local] extra); install it portably: {REBUILD}")
     if version != tested:
         return Check(name="llama-cpp-python", status="warn",
                      detail=f"{version} (memstrata is tested with {tested})")

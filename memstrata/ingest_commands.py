@@ -63,7 +63,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     embedder = _embedder(not args.no_embed)
     cache = Path(args.cache or f"{args.db}.extractions.jsonl")
     reports = []
-    with Store.open(args.db) as store:
+    with Store.open(args.db, embedder=embedder) as store:
         load_locomo(store, convs, embedder=embedder, tenant=args.tenant)
         with tqdm(total=sum(c.turn_count for c in convs), unit="turn", desc="extract") as bar:
             for conv in convs:
@@ -116,6 +116,7 @@ def cmd_persona(args: argparse.Namespace) -> int:
     conversation the reconciler merged them with): one line per attribute, with the turns
     it cites. Built at ingest from the person's current facts (superseded ones left out)."""
     from memstrata.memory import Store
+    from memstrata.memory.dates import render_day
     from memstrata.memory.persona import persona
 
     if not Path(args.db).exists():
@@ -131,6 +132,6 @@ def cmd_persona(args: argparse.Namespace) -> int:
         print(f"no persona rows for {args.person} in {args.conversation} (run memstrata ingest "
               "with a model that extracts facts)")
     for r in rows:
-        when = f" · {r.event_time:%-d %B %Y}" if r.event_time else ""
+        when = f" · {render_day(r.event_time)}" if r.event_time else ""
         print(f"{r.attribute}: {r.value}  [{r.conversation_id}: {', '.join(r.evidence)}{when}]")
     return 0

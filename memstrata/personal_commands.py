@@ -104,8 +104,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 def add_reconcile_args(p: argparse.ArgumentParser) -> None:
     """The flags of ``memstrata reconcile`` beyond --data and the model flags."""
     p.add_argument("--conversations", required=True,
-                   help="comma-separated sample ids, e.g. conv-41,conv-43,conv-47")
-    p.add_argument("--person", required=True, help="the name to reconcile, e.g. John")
+                   help="comma-separated sample ids, e.g. chat-1,chat-2,chat-3")
+    p.add_argument("--person", required=True, help="the name to reconcile, e.g. Ben")
     p.add_argument("--db", default=":memory:",
                    help="store file to keep the conversations and decisions in (default: "
                    "in memory, nothing kept)")

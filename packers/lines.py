@@ -1,7 +1,9 @@
 """The line packer: retrieved memories -> one context block, within a token budget.
 
-Each line carries its provenance, ``[D3:7 · Caroline · 8 May 2023] text``, with relative
-times resolved against that date ("last week [the week before 8 May 2023]"). Duplicates
+Each line carries its provenance, ``[s3:7 · Ana · 2023-05-08] text``, with relative
+times resolved against that date ("last week [the week before 2023-05-08]"), dates
+written in a date style (``memory.dates``: ISO by default, or "long", ``8 May 2023``,
+where a benchmark's answer key wants it). Duplicates
 (same text once normalised) are dropped, the input order (most relevant first) is kept,
 and the block never exceeds the budget by the counter given: the whole block is counted
 again at the end, since tokenizers can merge across line breaks.
@@ -13,13 +15,13 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle, parse_day, render_day
 from memstrata.memory.models import Hit
 from memstrata.memory.query import annotate_times
 from pydantic import BaseModel, Field
 
 TokenCounter = Callable[[str], int]
 SEPARATOR = " · "
-DAY_FORMAT = "%d %B %Y"  # how parse reads the day render writes ("8 May 2023")
 _HEAD = re.compile(r"\[([^\[\]]+)\] ?")
 
 
@@ -44,32 +46,32 @@ class PackedContext(BaseModel):
     truncated: bool = Field(False, description="the last line was cut to fit")
 
 
-def render(line: MemoryLine, *, resolve_times: bool = True) -> str:
-    """``[id · speaker · 8 May 2023] text``, relative times resolved unless told not to."""
+def render(line: MemoryLine, *, resolve_times: bool = True,
+           date_style: DateStyle = DEFAULT_DATE_STYLE) -> str:
+    """``[id · speaker · 2023-05-08] text``, relative times resolved unless told not to;
+    dates in ``date_style``."""
     head = [line.id]
     if line.speaker:
         head.append(line.speaker)
     if line.when is not None:
-        head.append(f"{line.when.day} {line.when:%B %Y}")
-    text = annotate_times(line.text, line.when) if resolve_times else line.text
+        head.append(render_day(line.when, date_style))
+    text = (annotate_times(line.text, line.when, date_style) if resolve_times
+            else line.text)
     body = " ".join(text.split())
     return f"[{SEPARATOR.join(head)}] {body}"
 
 
 def parse(rendered: str) -> MemoryLine | None:
     """The inverse of ``render``: a packed line's id, speaker, day and text (with its
-    resolved times), or None for a line that does not open with a provenance header."""
+    resolved times), or None for a line that does not open with a provenance header.
+    The day is read in any date style."""
     m = _HEAD.match(rendered)
     if m is None:
         return None
     parts = [h.strip() for h in m[1].split(SEPARATOR.strip())]
     when = None
-    if len(parts) > 1:
-        try:
-            when = datetime.strptime(parts[-1], DAY_FORMAT)
-            parts.pop()
-        except ValueError:
-            pass
+    if len(parts) > 1 and (when := parse_day(parts[-1])) is not None:
+        parts.pop()
     return MemoryLine(id=parts[0], speaker=parts[1] if len(parts) > 1 else None, when=when,
                       text=rendered[m.end():])
 
@@ -94,20 +96,22 @@ def _fit(text: str, budget: int, count: TokenCounter) -> str:
 
 
 def pack(lines: Sequence[MemoryLine], budget: int, count: TokenCounter, *,
-         resolve_times: bool = True, dedupe: bool = True) -> PackedContext:
+         resolve_times: bool = True, dedupe: bool = True,
+         date_style: DateStyle = DEFAULT_DATE_STYLE) -> PackedContext:
     """Pack ``lines`` (most relevant first) into at most ``budget`` tokens by ``count``.
 
     ``resolve_times`` and ``dedupe`` exist to measure what they are worth (the naive
-    baseline turns them off); leave them on otherwise.
+    baseline turns them off); leave them on otherwise. ``date_style`` is how the lines'
+    dates are written (``memory.dates``).
 
     Lines that do not fit are skipped, not cut, so a shorter, later line can still go in;
     only when nothing else fits is the first line that did not fit cut at a word boundary.
 
     Example:
         >>> words = lambda s: len(s.split())
-        >>> out = pack([MemoryLine(id="D1:1", text="I live in Oslo", speaker="Ana")], 20, words)
+        >>> out = pack([MemoryLine(id="s1:1", text="I live in Oslo", speaker="Ana")], 20, words)
         >>> out.text
-        '[D1:1 · Ana] I live in Oslo'
+        '[s1:1 · Ana] I live in Oslo'
     """
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
@@ -123,7 +127,7 @@ def pack(lines: Sequence[MemoryLine], budget: int, count: TokenCounter, *,
             duplicates += 1
             continue
         seen.add(key)
-        rendered = render(line, resolve_times=resolve_times)
+        rendered = render(line, resolve_times=resolve_times, date_style=date_style)
         cost = count(rendered) + (count("\n") if kept else 0)
         if used + cost <= budget:
             kept.append(rendered)

@@ -19,7 +19,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ABSTAIN_ANSWER": "qa", "QA": "qa",
+    "ABSTAIN_ANSWER": "qa", "QA": "qa", "AnswerStyle": "qa",
     "AnswerWithProvenance": "answer", "PersonalAnswerer": "answer",
     "ModelSetupError": "errors", "ProgramParseError": "errors",
     "ExecutorRun": "executors", "ExecutorSettings": "executors", "run_executor": "executors",

@@ -7,9 +7,13 @@ The path, per question:
 2. **retrieve** turns and items (facts, QA pairs where ingest made them) for that route;
 3. **verify** (``memory.verify``) before any LLM call: when the question names one person
    but the memories credit what it asks about to someone else, abstain and say whose it
-   was ("Not mentioned for Caroline: it was Melanie's charity race (D2:3)"). This is
+   was ("Not mentioned for Ana: it was Ben's charity race (s2:3)"). This is
    deterministic on purpose: the embedded model is too weak to notice a swapped name;
 4. otherwise **answer** with ``QA`` over the packed memories.
+
+``QA``'s :class:`~memstrata.programs.qa.AnswerStyle` rules the whole path: the packed
+memories are written in its date style, and the verifier's abstentions answer its
+abstention phrase, so a benchmark selects its conventions once, on the ``QA`` it passes.
 
 Every result is an :class:`AnswerWithProvenance`: the evidence ids and where they came
 from, the speakers and conversation behind them, a confidence, the route and the
@@ -30,7 +34,7 @@ from memstrata.memory.verify import Verification, VerifySettings, coverage, ques
 from memstrata.packers import from_hits, pack
 from pydantic import BaseModel
 
-from .qa import ABSTAIN_ANSWER, QA
+from .qa import QA
 
 
 class AnswerSettings(BaseModel):
@@ -42,7 +46,7 @@ class AnswerSettings(BaseModel):
 
 
 class EvidenceRef(BaseModel):
-    """One piece of evidence: its id (``D3:7`` or an item id), conversation and speaker."""
+    """One piece of evidence: its id (a turn id or an item id), conversation and speaker."""
 
     id: str
     conversation_id: str | None = None
@@ -90,14 +94,15 @@ class PersonalAnswerer(dspy.Module):
         count_tokens: the answering model's token counter (for the memory budget);
             default: a rough four characters a token.
         settings: depth, budget and verification thresholds.
-        qa: the answering program (default: a fresh ``QA``).
+        qa: the answering program (default: a fresh ``QA``); its ``style`` also sets the
+            packed memories' date style and the verifier's abstention answer.
 
     Example:
         >>> answerer = PersonalAnswerer(store)                             # doctest: +SKIP
-        >>> out = answerer(question="What did Caroline realize after her race?",
-        ...                user_id="conv-26")
+        >>> out = answerer(question="What did Ana realize after her race?",
+        ...                user_id="chat-1")
         >>> out.provenance.reason
-        "Not mentioned for Caroline: it was Melanie's race (D2:3)"
+        "Not mentioned for Ana: it was Ben's race (s2:3)"
     """
 
     def __init__(self, store: Store, *, retriever: Retriever | None = None,
@@ -137,12 +142,14 @@ class PersonalAnswerer(dspy.Module):
         if checked.abstain and checked.other is not None:
             other = checked.other
             result = AnswerWithProvenance(
-                **base, answer=ABSTAIN_ANSWER, abstained=True, answered_by="verifier",
+                **base, answer=self.qa.style.abstain_answer, abstained=True,
+                answered_by="verifier",
                 reason=checked.reason, evidence=other.evidence, evidence_from="verifier",
                 about=[other.person],
                 confidence=round(other.score - (checked.named.score if checked.named else 0), 4))
             return self._finish(result, other.conversation_id, indexes, hits, memories="")
-        packed = pack(from_hits(hits), self.settings.budget, self.count_tokens)
+        packed = pack(from_hits(hits), self.settings.budget, self.count_tokens,
+                      date_style=self.qa.style.date_style)
         pred = self.qa(question=question, memories=packed.text)
         terms = question_terms(question, [p for ix in indexes for p in ix.participants])
         evidence, source = list(pred.evidence), "cited"
@@ -169,7 +176,7 @@ class PersonalAnswerer(dspy.Module):
                 ) -> dspy.Prediction:
         # Each evidence id with its conversation and speaker: from the hits, or, for ids
         # the verifier found, from the attribution index of its conversation (turn ids
-        # like "D3:7" repeat across conversations, so the conversation is part of the key).
+        # like "s3:7" repeat across conversations, so the conversation is part of the key).
         by_id = {h.turn_id or h.id: h for h in hits}
         units = {(ix.conversation_id, i): u.speaker for ix in indexes for u in ix.units
                  for i in u.ids}

@@ -89,7 +89,7 @@ class AnswerWithTools(dspy.Signature):
     tools: mem_search(query) returns ids and one-line descriptions, mem_get(ids) the full
     records of a few of them; a BlobRef is read with ctx_find(ref, pattern) and
     ctx_slice(ref, start, end). Answer in a short phrase. If nothing you found answers
-    it, say it is not mentioned."""
+    it, say you don't know."""
 
     question: str = dspy.InputField()
     answer: Annotated[str, StringConstraints(max_length=200)] = dspy.OutputField(

@@ -7,10 +7,12 @@ schema lives in ``memory.facts`` so the grounding code and the prompt share one 
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Annotated, Any
 
 import dspy
 from memstrata.memory.chunking import Chunk
+from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle, render_day
 from memstrata.memory.facts import (
     MAX_ENTITIES,
     MAX_FACTS,
@@ -45,46 +47,54 @@ class ExtractMemories(dspy.Signature):
     qa: Annotated[list[ExtractedQA], Field(max_length=MAX_QA)] = dspy.OutputField()
 
 
-#: One worked example, shown before every chunk: the format, names instead of "I", the
-#: turn's own words, times as said. (SmolLM2-135M without it filled fields with junk;
-#: with it, it mostly proposes nothing, which the ingest report flags.)
-FORMAT_DEMO = dspy.Example(
-    turns="-- 3 March 2021 --\nAna: We adopted a beagle named Rex yesterday!\n"
-          "Tom: Congrats! I love dogs. I have two cats though.\n"
-          "Ana: Rex loves the park near my flat in Lyon.\n"
-          "Tom: I start my new job as a nurse next month.",
-    facts=[ExtractedFact(subject="Ana", predicate="adopted", object="a beagle named Rex",
-                         time="yesterday"),
-           ExtractedFact(subject="Tom", predicate="has", object="two cats"),
-           ExtractedFact(subject="Ana", predicate="lives in", object="a flat", location="Lyon"),
-           ExtractedFact(subject="Tom", predicate="starts a new job as", object="a nurse",
-                         time="next month")],
-    entities=[ExtractedEntity(name="Rex", role="Ana's dog"),
-              ExtractedEntity(name="Tom", state="nurse from next month")],
-    qa=[ExtractedQA(question="What pet did Ana adopt?", answer="a beagle named Rex"),
-        ExtractedQA(question="What is Tom's new job?", answer="a nurse")],
-)
+def format_demo(date_style: DateStyle = DEFAULT_DATE_STYLE) -> dspy.Example:
+    """One worked example, shown before every chunk: the format, names instead of "I", the
+    turn's own words, times as said. Its date line is written in ``date_style``, as
+    ``chunk_text`` writes the chunks. (SmolLM2-135M without it filled fields with junk;
+    with it, it mostly proposes nothing, which the ingest report flags.)"""
+    return dspy.Example(
+        turns=f"-- {render_day(date(2021, 3, 3), date_style)} --\n"
+              "Ana: We adopted a beagle named Rex yesterday!\n"
+              "Tom: Congrats! I love dogs. I have two cats though.\n"
+              "Ana: Rex loves the park near my flat in Lyon.\n"
+              "Tom: I start my new job as a nurse next month.",
+        facts=[ExtractedFact(subject="Ana", predicate="adopted", object="a beagle named Rex",
+                             time="yesterday"),
+               ExtractedFact(subject="Tom", predicate="has", object="two cats"),
+               ExtractedFact(subject="Ana", predicate="lives in", object="a flat",
+                             location="Lyon"),
+               ExtractedFact(subject="Tom", predicate="starts a new job as", object="a nurse",
+                             time="next month")],
+        entities=[ExtractedEntity(name="Rex", role="Ana's dog"),
+                  ExtractedEntity(name="Tom", state="nurse from next month")],
+        qa=[ExtractedQA(question="What pet did Ana adopt?", answer="a beagle named Rex"),
+            ExtractedQA(question="What is Tom's new job?", answer="a nurse")],
+    )
 
 
 class Extractor(dspy.Module):
     """A chunk of turns -> an ``Extraction`` (unverified; ground it before storing).
+
+    ``date_style`` is how the chunk's date lines (and the worked example's) are written.
 
     Example:
         >>> with dspy.context(lm=handle.lm):                           # doctest: +SKIP
         ...     extraction = Extractor()(chunk=chunk)
     """
 
-    def __init__(self, max_tokens: int | None = 1024) -> None:
+    def __init__(self, max_tokens: int | None = 1024,
+                 date_style: DateStyle = DEFAULT_DATE_STYLE) -> None:
         super().__init__()
+        self.date_style = date_style
         self.extract = StructuredPredict(ExtractMemories, "Extractor", max_tokens=max_tokens)
-        self.extract.predict.demos = [FORMAT_DEMO]
+        self.extract.predict.demos = [format_demo(date_style)]
 
     def forward(self, chunk: Chunk) -> dspy.Prediction:
         """Propose facts, entities and QA pairs for ``chunk`` (one LLM call, one retry).
 
         The prediction's ``extraction`` is an ``Extraction``.
         """
-        out = self.extract(turns=chunk_text(chunk))
+        out = self.extract(turns=chunk_text(chunk, self.date_style))
         return dspy.Prediction(extraction=Extraction(
             facts=[_as(ExtractedFact, f) for f in out.facts or []][:MAX_FACTS],
             entities=[_as(ExtractedEntity, e) for e in out.entities or []][:MAX_ENTITIES],

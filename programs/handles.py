@@ -2,7 +2,7 @@
 
 In the sandbox the value is a ``str`` subclass holding the key, so it passes through the
 tool bridge as the key itself (``ctx_find(conversation, "Paris")`` just works), while
-``print`` and ``repr`` show ``BlobRef(key='conv-26', n=27345)``.
+``print`` and ``repr`` show ``BlobRef(key='chat-1', n=27345)``.
 """
 
 from __future__ import annotations

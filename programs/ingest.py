@@ -29,17 +29,18 @@ from pathlib import Path
 import dspy
 from memstrata.memory import Embedder, Filters, Store
 from memstrata.memory.chunking import Chunk, ChunkSettings, chunk_turns
+from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle
 from memstrata.memory.entities import ensure_entities
 from memstrata.memory.facts import Extraction, chunk_text, ground
-from memstrata.memory.hierarchy import HierarchyStats, reconcile_conversation
-from memstrata.memory.models import EntityItem, FactItem, QAPairItem
+from memstrata.memory.hierarchy import FactEvent, HierarchyStats, reconcile_conversation
+from memstrata.memory.models import EntityItem, FactItem, QAPairItem, Turn
 from memstrata.memory.persona import build_persona
 from memstrata.trajectories import Recorder
 from pydantic import BaseModel, Field
 
 from .cache import JsonlCache
 from .errors import ProgramParseError
-from .extractor import FORMAT_DEMO, ExtractMemories, Extractor
+from .extractor import ExtractMemories, Extractor, format_demo
 from .lm import ModelHandle
 from .structured import CompactJSONAdapter
 
@@ -67,6 +68,8 @@ class IngestSettings(BaseModel):
     max_tokens: int = Field(1024, ge=64, description="the extractor's output budget")
     fuzzy: float = Field(90.0, ge=0, le=100, description="token_set_ratio of one fact")
     persona: bool = True
+    date_style: DateStyle = Field(DEFAULT_DATE_STYLE, description="how the extractor's date "
+                                  "lines and the facts' resolved times are written")
 
 
 class ChunkResult(BaseModel):
@@ -111,15 +114,18 @@ def fingerprint(handle: ModelHandle, settings: IngestSettings) -> str:
     worked example and the output schema. Grounding is not in it: it re-runs on cached
     proposals, so changing it never costs a call."""
     prompt = CompactJSONAdapter().format_system_message(ExtractMemories)
-    blob = json.dumps([handle.name, settings.max_tokens, prompt, repr(FORMAT_DEMO),
+    blob = json.dumps([handle.name, settings.max_tokens, prompt,
+                       repr(format_demo(settings.date_style)),
                        Extraction.model_json_schema()], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def plan(store: Store, user_id: str, conversation_id: str, settings: IngestSettings
-         ) -> list[Chunk]:
-    """The chunks a conversation will be extracted in; raises if they break the call cap."""
-    turns = store.turns(user_id, conversation_id=conversation_id)
+def plan(store: Store, user_id: str, conversation_id: str, settings: IngestSettings,
+         turns: list[Turn] | None = None) -> list[Chunk]:
+    """The chunks a conversation (or ``turns`` of it) will be extracted in; raises if
+    they break the call cap."""
+    if turns is None:
+        turns = store.turns(user_id, conversation_id=conversation_id)
     chunks = chunk_turns(turns, settings.chunking)
     cap = max(1, math.ceil(len(turns) / settings.calls_per_turns))
     if len(chunks) > cap:
@@ -153,6 +159,13 @@ def _replace_derived(store: Store, user_id: str, conversation_id: str) -> None:
     for item in store.get_many(user_id, sorted(ids)):
         if item.source.startswith(SOURCE):
             store.delete(user_id, item.id)
+
+
+def _current_facts(store: Store, user_id: str, conversation_id: str) -> list[FactItem]:
+    """The conversation's extracted facts that are still valid (what new ones meet)."""
+    ids = store.allowed_ids(user_id, Filters(kinds=["fact"], conversation_id=conversation_id))
+    return [f for f in store.get_many(user_id, sorted(ids))
+            if isinstance(f, FactItem) and f.valid_to is None and f.source.startswith(SOURCE)]
 
 
 def _store_entities(store: Store, user_id: str, conversation_id: str,
@@ -200,15 +213,42 @@ def ingest_conversation(
     Raises:
         IngestError: the chunk plan would break the call cap.
     """
+    return _ingest(store, user_id, conversation_id, handle, settings=settings,
+                   cache_path=cache_path, embedder=embedder, progress=progress)
+
+
+def ingest_turns(
+    store: Store, user_id: str, conversation_id: str, turns: list[Turn], handle: ModelHandle,
+    *, settings: IngestSettings | None = None, events: list[FactEvent] | None = None,
+) -> IngestReport:
+    """Extract facts from some new turns of a conversation, reconciled with what it
+    already holds: a known fact gains the new evidence, a changed single-valued one is
+    superseded. Earlier extractions are kept (``ingest_conversation`` replaces them).
+
+    ``events`` receives one :class:`FactEvent` per proposed fact. Facts are embedded by
+    the store's embedder as they are written. Raises :class:`IngestError` when the
+    chunks would break the call cap.
+    """
+    return _ingest(store, user_id, conversation_id, handle, settings=settings,
+                   turns=turns, events=events)
+
+
+def _ingest(
+    store: Store, user_id: str, conversation_id: str, handle: ModelHandle, *,
+    settings: IngestSettings | None = None, cache_path: str | Path | None = None,
+    embedder: Embedder | None = None, progress: Callable[[int], None] | None = None,
+    turns: list[Turn] | None = None, events: list[FactEvent] | None = None,
+) -> IngestReport:
     settings = settings or IngestSettings()
     started = time.perf_counter()
-    chunks = plan(store, user_id, conversation_id, settings)
+    incremental = turns is not None
+    chunks = plan(store, user_id, conversation_id, settings, turns)
     turns = [t for c in chunks for t in c.turns]
     participants = list(dict.fromkeys(t.speaker for t in turns))
     report = IngestReport(conversation_id=conversation_id, model=handle.name,
                           turns=len(turns), chunks=len(chunks))
     cache = JsonlCache(Path(cache_path), ChunkResult) if cache_path else None
-    extractor = Extractor(max_tokens=settings.max_tokens)
+    extractor = Extractor(max_tokens=settings.max_tokens, date_style=settings.date_style)
     salt = fingerprint(handle, settings)
     facts: list[FactItem] = []
     qa: list[QAPairItem] = []
@@ -220,7 +260,8 @@ def ingest_conversation(
                   config={"model": handle.name, **settings.model_dump(mode="json")},
                   layers=["turns"]) as run:
         for chunk in chunks:
-            key = hashlib.sha256(f"{salt}|{chunk_text(chunk)}".encode()).hexdigest()[:20]
+            key = hashlib.sha256(f"{salt}|{chunk_text(chunk, settings.date_style)}".encode()
+                                 ).hexdigest()[:20]
             result = cache.get(key) if cache else None
             if result is not None and result.error is None:
                 report.cached_chunks += 1
@@ -242,7 +283,8 @@ def ingest_conversation(
                 e = result.extraction
                 proposed.update(facts=len(e.facts), qa=len(e.qa), entities=len(e.entities))
                 report.empty_chunks += not (e.facts or e.qa or e.entities)
-                grounded = ground(e, chunk, participants, user_id, f"{SOURCE}:{handle.name}")
+                grounded = ground(e, chunk, participants, user_id, f"{SOURCE}:{handle.name}",
+                                  settings.date_style)
                 facts += grounded.facts
                 qa += grounded.qa
                 entities += grounded.entities
@@ -251,14 +293,23 @@ def ingest_conversation(
                 report.unresolved_times += grounded.unresolved_times
             if progress is not None:
                 progress(len(chunk.turns))
-        _replace_derived(store, user_id, conversation_id)
+        existing: list[FactItem] = []
+        if incremental:
+            existing = _current_facts(store, user_id, conversation_id)
+        else:
+            _replace_derived(store, user_id, conversation_id)
         turn_ids = {t.turn_id: t.id for t in turns}
         report.hierarchy = reconcile_conversation(store, user_id, facts, qa, turn_ids,
-                                                  fuzzy=settings.fuzzy)
+                                                  fuzzy=settings.fuzzy, existing=existing,
+                                                  events=events)
         touched = _store_entities(store, user_id, conversation_id, entities)
         if settings.persona:
-            report.persona = build_persona(store, user_id, conversation_id, participants,
-                                           [f for f in facts if f.id])
+            # An incremental ingest rebuilds the persona from every current fact, so
+            # earlier participants and facts keep their rows.
+            people = list(dict.fromkeys([*(f.about for f in existing if f.about),
+                                         *participants]))
+            report.persona = build_persona(store, user_id, conversation_id, people,
+                                           [f for f in [*existing, *facts] if f.id])
         if embedder is not None:
             stored = [*facts, *qa]
             if stored:

@@ -17,17 +17,17 @@ from typing import Any, Literal
 
 from dspy.clients.engines.base import validate_request
 from dspy.lm15 import ContextLengthError, Message, Response, TextPart, Usage, response_to_events
+from memstrata.memory.extras import require
 
 from .errors import ModelSetupError
-from .llama_check import REBUILD, ensure_decodes
+from .llama_check import ensure_decodes
 from .models import smollm2_path
 
 DEFAULT_N_CTX = 8192
 PrefixCache = Literal["ram", "last", "off"]
-INSTALL_HINT = (
-    "pip install llama-cpp-python   (it builds from source: a C compiler and CMake are "
-    f"needed; build it portably: {REBUILD})"
-)
+#: Appended to the missing-``[local]`` error: llama-cpp-python builds from source.
+INSTALL_HINT = ('it builds from source with a C compiler and CMake; build it portably: '
+                'CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF"')
 
 
 # llama.cpp expands maxLength N into N nested optional rules; its grammar parser refuses
@@ -138,11 +138,8 @@ class LlamaCppEngine:
         """The loaded ``llama_cpp.Llama`` (loaded on first access)."""
         with self._lock:
             if self._llama is None:
-                try:
-                    from llama_cpp import Llama
-                except ImportError as exc:
-                    raise ModelSetupError(
-                        f"The embedded model needs llama-cpp-python: {INSTALL_HINT}") from exc
+                llama_cpp = require("llama_cpp", "local", "the local models", INSTALL_HINT)
+                Llama = llama_cpp.Llama
                 self.preflight()
                 # llama-cpp-python decodes on half the cores by default; use them all.
                 threads = self.n_threads or os.cpu_count() or 1
@@ -150,9 +147,8 @@ class LlamaCppEngine:
                                     n_threads=threads, n_threads_batch=threads,
                                     seed=self.seed, verbose=False)
                 if self.prefix_cache == "ram":
-                    from llama_cpp import LlamaRAMCache
-
-                    self._llama.set_cache(LlamaRAMCache(capacity_bytes=self.cache_mb << 20))
+                    cache = llama_cpp.LlamaRAMCache(capacity_bytes=self.cache_mb << 20)
+                    self._llama.set_cache(cache)
             return self._llama
 
     def preflight(self) -> None:
@@ -207,6 +203,17 @@ class LlamaCppEngine:
     def stream(self, request: Any) -> Any:
         """One response as a stream of events (llama.cpp decodes it whole)."""
         return response_to_events(self.complete(request))
+
+    def clear_cache(self) -> None:
+        """Drop every evaluated prompt this engine keeps (the KV cache and the ``ram``
+        cache): after a tenant is forgotten, none of its text stays in memory here."""
+        with self._lock:
+            if self._llama is not None:
+                self._llama.reset()
+                if self.prefix_cache == "ram":
+                    llama_cpp = require("llama_cpp", "local", "the local models", INSTALL_HINT)
+                    self._llama.set_cache(
+                        llama_cpp.LlamaRAMCache(capacity_bytes=self.cache_mb << 20))
 
     def close(self) -> None:
         """Free the weights; the next call loads them again."""

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from memstrata.memory.extras import locate
 
 from .errors import ModelSetupError
-from .llama_engine import DEFAULT_N_CTX, LlamaCppEngine, PrefixCache
+from .llama_engine import DEFAULT_N_CTX, INSTALL_HINT, LlamaCppEngine, PrefixCache
 from .meter import CallMeter
 from .models import EMBEDDED, MODELS, model_path
 
@@ -139,6 +140,7 @@ def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature
             (``last``, ``ram`` or ``off``; see ``LlamaCppEngine``).
 
     Raises:
+        MissingExtraError: a ``local/...`` choice without the ``local`` extra installed.
         ModelSetupError: what to install or set, when the model cannot be set up.
 
     Example:
@@ -148,6 +150,8 @@ def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature
     meter = CallMeter()
     if choice.startswith(LOCAL_PREFIX) or engine is not None:
         if engine is None:
+            # Located, not imported: its first import follows the decode check (preflight).
+            locate("llama_cpp", "local", "the local models", INSTALL_HINT)
             engine = LlamaCppEngine(local_model_path(choice), n_ctx=n_ctx, n_threads=n_threads,
                                     prefix_cache=prefix_cache)
             engine.preflight()  # a build that crashes on this CPU fails here, with the fix

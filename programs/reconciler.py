@@ -1,4 +1,4 @@
-"""The reconciler agent: is the "John" of two conversations one person? MERGE or SEPARATE.
+"""The reconciler agent: is the "Ben" of two conversations one person? MERGE or SEPARATE.
 
 ``Reconciler`` is a ``dspy.ReAct`` over the four personal tools (``get_entity_timeline``,
 ``get_conversation_context``, ``compare_entities_across_conversations``,
@@ -153,8 +153,8 @@ class Reconciler(dspy.Module):
 
     Example:
         >>> with dspy.context(lm=handle.lm):  # doctest: +SKIP
-        ...     decision = Reconciler(session)(name="John", conversation_a="conv-41",
-        ...                                    conversation_b="conv-43")
+        ...     decision = Reconciler(session)(name="Ben", conversation_a="chat-1",
+        ...                                    conversation_b="chat-2")
     """
 
     def __init__(self, session: ToolSession, settings: ReconcilerSettings | None = None) -> None:

@@ -5,7 +5,8 @@ from npm and ``readLines`` from deno.land, both fetched at first start. Here bot
 disk: ``install_sandbox`` puts the Pyodide npm package under ``sandbox_home()`` once (from
 the npm registry, or from a tarball for machines that never see it), and the Deno config
 written beside it maps the deno.land URL to ``sandbox_files/readlines.ts`` and resolves
-``npm:pyodide`` from that local ``node_modules``. Deno itself is the PyPI package ``deno``.
+``npm:pyodide`` from that local ``node_modules``. Deno itself is the PyPI package ``deno``
+(the ``sandbox`` extra), whatever model writes the code.
 
 A custom ``deno_command`` skips DSPy's Deno version check and its ``DENO_NO_PACKAGE_JSON``
 setting, so both are done here. ``dspy.LocalInterpreter`` is offered only on request,
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import dspy
+from memstrata.memory.extras import MissingExtraError, require
 
 from .errors import ModelSetupError
 from .paths import memstrata_home
@@ -179,15 +181,20 @@ def install_sandbox(from_tarball: str | Path | None = None, *, registry: str = R
 
 
 def deno_binary() -> str:
-    """The Deno executable from the PyPI package ``deno`` (or ``deno`` on PATH)."""
-    try:
-        from deno import find_deno_bin
+    """The Deno executable from the PyPI package ``deno`` (the ``sandbox`` extra), or
+    ``deno`` on PATH.
 
-        return str(find_deno_bin())
-    except (ImportError, FileNotFoundError, RuntimeError):
+    Raises:
+        MissingExtraError: neither is there.
+    """
+    try:
+        return str(require("deno", "sandbox", "the RLM sandbox").find_deno_bin())
+    except (ImportError, FileNotFoundError, RuntimeError) as exc:
         found = shutil.which("deno")
         if found is None:
-            raise SandboxError("Deno not found: `pip install deno` (memstrata depends on it)"
+            if isinstance(exc, MissingExtraError):
+                raise exc from None
+            raise SandboxError(f"Deno not found ({exc}): pip install --force-reinstall deno"
                                ) from None
         return found
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memstrata.bench.locomo import _parse_conversation, load_conversation
+from memstrata.bench.locomo import load_conversation
+from memstrata.formats.locomo import _parse_conversation
 from memstrata.memory import Store
 
 from tests.conftest import locomo_record

@@ -8,12 +8,12 @@ from pydantic import BaseModel, ConfigDict
 class BlobRef(BaseModel):
     """A reference to a text kept in the store: its key and its length in characters.
 
-    The agent sees ``BlobRef(key='conv-26', n=27345)`` and reads the text through the
+    The agent sees ``BlobRef(key='chat-1', n=27345)`` and reads the text through the
     ``ctx_*`` tools, a bounded piece at a time.
 
     Example:
-        >>> BlobRef(key="conv-26", n=27345)
-        BlobRef(key='conv-26', n=27345)
+        >>> BlobRef(key="chat-1", n=27345)
+        BlobRef(key='chat-1', n=27345)
     """
 
     model_config = ConfigDict(frozen=True)

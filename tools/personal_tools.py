@@ -10,9 +10,9 @@ turns alone and use stored facts and entities when an extractor left some (see
 ``memory/person_compare.py`` for the overlap score and what counts as a contradiction).
 
 Example:
-    >>> session = ToolSession(store, user_id="john")  # doctest: +SKIP
+    >>> session = ToolSession(store, user_id="u1")  # doctest: +SKIP
     >>> tools = {t.__name__: t for t in personal_tools(session)}  # doctest: +SKIP
-    >>> tools["detect_contradictions"]("John", "conv-41", "conv-43")["count"]  # doctest: +SKIP
+    >>> tools["detect_contradictions"]("Ben", "chat-1", "chat-2")["count"]  # doctest: +SKIP
     3
 """
 
@@ -113,8 +113,8 @@ def get_entity_timeline(b: Binding, name: str, conversation_id: str) -> dict[str
     With none of those, their most distinctive turns instead.
 
     Args:
-        name: the person, as they are named in the conversation (e.g. 'John').
-        conversation_id: the conversation (e.g. 'conv-41').
+        name: the person, as they are named in the conversation (e.g. 'Ben').
+        conversation_id: the conversation (e.g. 'chat-1').
     """
     c = corpus(b)
     conv = _conversation(c, "get_entity_timeline", conversation_id)
@@ -143,7 +143,7 @@ def get_conversation_context(b: Binding, conversation_id: str) -> dict[str, Any]
     words, names they brought up, and what held of them (jobs, marriage...).
 
     Args:
-        conversation_id: the conversation (e.g. 'conv-43').
+        conversation_id: the conversation (e.g. 'chat-2').
     """
     c = corpus(b)
     conv = _conversation(c, "get_conversation_context", conversation_id)
@@ -169,9 +169,9 @@ def compare_entities_across_conversations(b: Binding, name: str, conversation_a:
     times overlap, and an overlap score from 0 to 1. A shared name alone is no evidence.
 
     Args:
-        name: the name both conversations use (e.g. 'John').
-        conversation_a: one conversation (e.g. 'conv-41').
-        conversation_b: another conversation (e.g. 'conv-43').
+        name: the name both conversations use (e.g. 'Ben').
+        conversation_a: one conversation (e.g. 'chat-1').
+        conversation_b: another conversation (e.g. 'chat-2').
     """
     pa, pb = _pair(b, "compare_entities_across_conversations", name, conversation_a,
                    conversation_b)
@@ -198,9 +198,9 @@ def detect_contradictions(b: Binding, name: str, conversation_a: str, conversati
     day. Different values at separate times are listed as changes (maybe one life).
 
     Args:
-        name: the name both conversations use (e.g. 'John').
-        conversation_a: one conversation (e.g. 'conv-41').
-        conversation_b: another conversation (e.g. 'conv-47').
+        name: the name both conversations use (e.g. 'Ben').
+        conversation_a: one conversation (e.g. 'chat-1').
+        conversation_b: another conversation (e.g. 'chat-3').
     """
     pa, pb = _pair(b, "detect_contradictions", name, conversation_a, conversation_b)
     found, changes = clashes(pa, pb)
@@ -218,7 +218,7 @@ PERSONAL_TOOLS: tuple[Callable[..., dict[str, Any]], ...] = (
 )
 """In the order an agent is shown them: the two whose arguments are the task's own inputs
 (name, conversation_a, conversation_b) first. SmolLM2-135M mostly calls whichever tool is
-listed first: on the John case it made no valid call in 3 pairs with the timeline first,
+listed first: on a shared-name case it made no valid call in 3 pairs with the timeline first,
 and valid comparisons in 1 of 3 pairs with the comparison first."""
 
 

@@ -6,7 +6,7 @@ of what it returned; refusals are logged too and then raised as ``ToolError``.
 
 Example:
     >>> from memstrata.memory import Store
-    >>> session = ToolSession(Store.open(":memory:"), user_id="conv-26")
+    >>> session = ToolSession(Store.open(":memory:"), user_id="u1")
     >>> ref = session.put_blob("notes", "alpha\\nbeta\\n")
     >>> ref
     BlobRef(key='notes', n=11)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from memstrata.memory.extras import require
+
 from .records import RunSummary
 
 
@@ -12,9 +14,10 @@ def write_chart(runs: Sequence[RunSummary], labels: Sequence[str], path: Path) -
     """``compare.png``: cumulative success curves (left), success and steps bars (right).
 
     Raises:
-        ImportError: matplotlib is not installed.
+        MissingExtraError: matplotlib is not installed (an ImportError; the ``bench`` extra).
     """
     # A Figure on an Agg canvas, not pyplot: no global backend switch, no figure registry.
+    require("matplotlib", "bench", "the comparison chart")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -12,6 +12,7 @@ Example:
     True
 """
 
+from memstrata.bench.ontology import _extra  # noqa: F401  (first: a missing extra names itself)
 from memstrata.bench.ontology.antipatterns import ANTI_PATTERNS, Finding, check_antipatterns
 from memstrata.bench.ontology.card import sense_card
 from memstrata.bench.ontology.graph import (

@@ -21,7 +21,6 @@ in the child; use `isolate=False` for trusted queries.
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import math
 import multiprocessing
 import re
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyoxigraph as ox
+from memstrata.memory.extras import locate
 from pydantic import BaseModel, Field
 
 BRICK_VERSION = "1.5"  # the ontology folder inside brickschema; also brickschema's default
@@ -72,11 +72,12 @@ def brick_ttl_path() -> Path:
     """Path of the Brick.ttl that the installed `brickschema` wheel carries.
 
     Raises:
-        FileNotFoundError: when `brickschema` is not installed or lacks the version.
+        MissingExtraError: `brickschema` is not installed (the `ontology` extra).
+        FileNotFoundError: it lacks the version.
     """
-    spec = importlib.util.find_spec("brickschema")  # locates without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("brickschema is not installed: pip install brickschema")
+    spec = locate("brickschema", "ontology", "the ontology suite")  # without importing it
+    if not spec.submodule_search_locations:
+        raise FileNotFoundError(f"brickschema is not a package: {spec.origin}")
     path = Path(next(iter(spec.submodule_search_locations))) / "ontologies"
     path = path / BRICK_VERSION / "Brick.ttl"
     if not path.is_file():

@@ -116,12 +116,12 @@ def test_failure_in_a_batch_keeps_earlier_conversations(store: Store, convs, mon
     real = store.add_turns
     calls = {"n": 0}
 
-    def second_fails(turns):
+    def second_fails(turns, **kwargs):
         calls["n"] += 1
         if calls["n"] == 2:
-            real(turns)
+            real(turns, **kwargs)
             raise Interrupted("after writing the turns")
-        return real(turns)
+        return real(turns, **kwargs)
 
     monkeypatch.setattr(store, "add_turns", second_fails)
     with pytest.raises(Interrupted):

@@ -34,7 +34,7 @@ KNOWN = [
 def dev() -> Iterator[tuple[Store, dict[str, LoCoMoConversation]]]:
     assert DEV.is_file(), f"the shared LoCoMo dev split is missing at {DEV}"
     convs = read_locomo(DEV)
-    store = Store.open(":memory:")
+    store = Store.open(":memory:", embedder=None)
     stats = load_locomo(store, convs)  # no embedder: lexical channels only
     assert stats.embedded == 0
     try:

@@ -110,7 +110,9 @@ def test_load_keeps_image_metadata_and_indexes_the_caption(quirky) -> None:
         assert stats.conversations == 1 and stats.turns == 5 and stats.embedded == 0
         turns = {t.turn_id: t for t in store.turns("conv-a")}
         image = turns["D1:3"]
-        assert image.metadata["blip_caption"] == "a photo of sunflowers next to a wooden fence"
+        # LoCoMo's blip_caption is stored under the core's general key
+        assert image.metadata["caption"] == "a photo of sunflowers next to a wooden fence"
+        assert "blip_caption" not in image.metadata
         assert image.metadata["img_url"] == ["https://example.invalid/a.jpg"]
         assert image.metadata["query"] == "garden sunflowers"
         assert turns["D1:1"].metadata == {}
@@ -123,7 +125,7 @@ def test_load_keeps_image_metadata_and_indexes_the_caption(quirky) -> None:
 
 
 def test_load_writes_header_sessions_and_follow_edges_within_sessions(quirky) -> None:
-    with Store.open(":memory:") as store:
+    with Store.open(":memory:", embedder=None) as store:
         ids = load_locomo(store, read_locomo(quirky))
         assert ids.turns == 5
         counts = store.counts("conv-a")

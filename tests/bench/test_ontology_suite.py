@@ -257,7 +257,7 @@ def test_data_files_ship_as_package_data() -> None:
     data = Path(sense_card_module.__file__).parent
     shipped = {p.name for g in globs for p in data.glob(g)}
     assert {"ontology_tasks.json", "building.ttl"} <= shipped
-    deps = " ".join(pyproject["project"]["dependencies"])
+    deps = " ".join(pyproject["project"]["optional-dependencies"]["ontology"])
     assert "brickschema" in deps and "pyoxigraph" in deps and "rdflib" in deps
 
 

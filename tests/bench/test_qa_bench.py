@@ -205,3 +205,55 @@ def test_every_answer_is_a_recorded_run(data, tmp_path, scripted):
         assert steps["route"].output and steps["verify"].name == "supported"
         assert "D1:1" in steps["retrieve"].data["ids"] and "D1:1" in steps["pack"].data["ids"]
         assert "guinea pig" in steps["inject"].output and steps["inject"].data["tokens"] > 0
+
+
+def test_the_bench_writes_locomo_style_and_the_library_iso(data, tmp_path, scripted):
+    # LoCoMo's conventions are selected by the bench, not by the library: its prompts keep
+    # the answer key's long dates and "Not mentioned" (so its scores cannot move), while
+    # the library's own answerer writes ISO dates and says "I don't know".
+    import re
+
+    import dspy
+    from memstrata.bench.qa import LOCOMO_STYLE, QASettings
+    from memstrata.memory import Store
+    from memstrata.programs.answer import PersonalAnswerer
+
+    iso = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+    seen: list[tuple[str, str]] = []
+
+    def recording(system: str, user: str, schema):
+        if "memories" in (schema or {}).get("properties", {}) or "Memories:" in user:
+            seen.append((system, field(user, "memories")))
+        return reader(system, user, schema)
+
+    assert QASettings().style == LOCOMO_STYLE and LOCOMO_STYLE.date_style == "long"
+    out = tmp_path / "out"
+    run_locomo_bench(data, scripted(recording), out, progress=False,
+                     systems=("memstrata", "naive_rag", "full_context"))
+    assert seen
+    for system, memories in seen:
+        assert 'a date like "7 May 2023"' in system and 'answer "Not mentioned"' in system
+        assert not iso.search(memories), memories
+    assert any("· 9 May 2023] " in m for _, m in seen)  # packed lines' days, long style
+    assert any("yesterday [8 May 2023]" in m for _, m in seen)  # resolved, long style
+    adversarial = [r for r in answer_cache(out / "answers.jsonl").records.values()
+                   if r.qid == "conv-1#4"]
+    assert adversarial and all(r.answer == "Not mentioned in the conversation."
+                               and r.abstained for r in adversarial)
+
+    seen.clear()
+    with Store.open(out / "locomo.db") as store:
+        handle = scripted(recording)
+        with dspy.context(lm=handle.lm):
+            hike = PersonalAnswerer(store)(question="When did Bob hike in the Alps?",
+                                           user_id="conv-1")
+            cat = PersonalAnswerer(store)(question="What did Alice say about her cat?",
+                                          user_id="conv-1")
+    system, memories = seen[0]
+    assert 'a date like "2023-05-07"' in system and "answer \"I don't know\"" in system
+    assert "· 2023-05-09] " in memories and "yesterday [2023-05-08]" in memories
+    assert "May 2023" not in memories
+    # this scripted reader looks for LoCoMo's long dates, so in ISO it abstains; the
+    # library answers its own phrase, whatever words the model abstained with
+    assert hike.abstained is True and hike.answer == "I don't know"
+    assert cat.abstained is True and cat.answer == "I don't know"

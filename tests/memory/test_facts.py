@@ -62,7 +62,11 @@ def test_times_resolve_against_the_session_date() -> None:
     ]), DIALOGUE, PEOPLE, "u", "test")
     group, race = out.facts
     assert (group.event_time.date(), group.granularity) == (datetime(2023, 5, 7).date(), "day")
-    assert "(7 May 2023)" in group.text
+    assert "(2023-05-07)" in group.text  # ISO by default
+    long = ground(Extraction(facts=[fact("Caroline", "went to", "an LGBTQ support group",
+                                         time="yesterday")]), DIALOGUE, PEOPLE, "u", "test",
+                  date_style="long")
+    assert "(7 May 2023)" in long.facts[0].text
     assert race.event_time.date() == datetime(2023, 5, 6).date()  # last Saturday
     assert race.time_text == "last Saturday"
     vague = ground(Extraction(facts=[
@@ -96,7 +100,8 @@ def test_the_extractor_sees_no_turn_ids() -> None:
     from memstrata.memory.facts import chunk_text
 
     assert chunk_text(DIALOGUE).splitlines()[:2] == [
-        "-- 8 May 2023 --", "Melanie: I ran a charity race for mental health last Saturday."]
+        "-- 2023-05-08 --", "Melanie: I ran a charity race for mental health last Saturday."]
+    assert chunk_text(DIALOGUE, "long").splitlines()[0] == "-- 8 May 2023 --"
 
 
 def test_qa_pairs_and_entities_are_grounded() -> None:
@@ -131,6 +136,6 @@ def test_a_time_or_place_the_turn_does_not_say_is_cleared_not_trusted() -> None:
     assert race.location is None and "Lyon" not in race.text
     assert race.time_text == "last Saturday"  # the turn's own time phrase instead
     assert race.event_time.date() == datetime(2023, 5, 6).date()
-    assert group.time_text == "yesterday" and "(7 May 2023)" in group.text
+    assert group.time_text == "yesterday" and "(2023-05-07)" in group.text
     assert out.cleared == {"time not in turn": 1, "location not in turn": 1}
     assert not out.rejected  # both facts are kept

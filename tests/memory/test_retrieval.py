@@ -202,7 +202,7 @@ def test_image_caption_is_searchable_and_shown(store: Store) -> None:
     [tid] = store.add_turns([
         Turn(user_id=U, conversation_id="c", session_id="s", turn_id="D1:1", seq=0,
              speaker="Ann", text="Look at this!",
-             metadata={"blip_caption": "a photo of a golden retriever on a beach"}),
+             metadata={"caption": "a photo of a golden retriever on a beach"}),
     ])
     hits = Retriever(store).search(U, "retriever beach", k=3)
     assert [h.id for h in hits] == [tid]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import calendar
 import logging
+import re
 from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
@@ -22,7 +24,8 @@ DEC_20 = datetime(2023, 12, 20, 18, 30)
 JAN_10 = datetime(2024, 1, 10, 8, 0)
 OCT_15 = datetime(2023, 10, 15, 12, 0)
 
-# phrase, base, first day, last day, granularity, resolved, relative
+# phrase, base, first day, last day, granularity, resolved (in the "long" date style, as
+# LoCoMo's answer key writes it; the ISO default is derived by ``_iso``), relative
 CASES = [
     ("yesterday", MON_8_MAY, date(2023, 5, 7), date(2023, 5, 7), "day", "7 May 2023", True),
     ("today", MON_8_MAY, date(2023, 5, 8), date(2023, 5, 8), "day", "8 May 2023", True),
@@ -93,6 +96,21 @@ CASES = [
      "the Sunday before 25 May 2023", False),
 ]
 IDS = [f"{c[0]}@{c[1]:%Y-%m-%d}" for c in CASES]
+_MONTH = "|".join(calendar.month_name[1:])
+_LONG_DAY = re.compile(rf"\b(\d{{1,2}}) ({_MONTH}) (\d{{4}})\b")
+_LONG_MONTH = re.compile(rf"\b({_MONTH}) (\d{{4}})\b")
+
+
+def _iso(resolved: str) -> str:
+    """A long-style restatement in the ISO style: "8 May 2023" -> "2023-05-08", "May
+    2023" -> "2023-05"; years and seasons are the same in both."""
+    months = {m: n for n, m in enumerate(calendar.month_name) if m}
+    text = _LONG_DAY.sub(lambda m: f"{m[3]}-{months[m[2]]:02d}-{int(m[1]):02d}", resolved)
+    return _LONG_MONTH.sub(lambda m: f"{m[2]}-{months[m[1]]:02d}", text)
+
+
+def _expected(resolved: str, style: str) -> str:
+    return resolved if style == "long" else _iso(resolved)
 
 
 def _bounds(first: date, last: date) -> tuple[datetime, datetime]:
@@ -100,31 +118,44 @@ def _bounds(first: date, last: date) -> tuple[datetime, datetime]:
             datetime(last.year, last.month, last.day, 23, 59, 59, tzinfo=UTC))
 
 
+@pytest.mark.parametrize("style", ["iso", "long"])
 @pytest.mark.parametrize(("phrase", "base", "first", "last", "granularity", "resolved",
                           "relative"), CASES, ids=IDS)
 def test_normalise_time(phrase: str, base: datetime, first: date, last: date,
-                        granularity: str, resolved: str, relative: bool) -> None:
-    span = normalise_time(phrase, base)
+                        granularity: str, resolved: str, relative: bool, style: str) -> None:
+    span = normalise_time(phrase, base, style)  # type: ignore[arg-type]
     assert span is not None
     assert (span.start, span.end) == _bounds(first, last)
     assert span.granularity == granularity
-    assert span.resolved == resolved
+    assert span.resolved == _expected(resolved, style)
     assert span.relative is relative
     assert span.text == phrase
 
 
+def test_the_default_style_is_iso() -> None:
+    assert normalise_time("yesterday", MON_8_MAY).resolved == "2023-05-07"  # type: ignore[union-attr]
+    assert normalise_time("last week", MON_8_MAY).resolved == (  # type: ignore[union-attr]
+        "the week before 2023-05-08")
+    assert normalise_time("next month", DEC_20).resolved == "2024-01"  # type: ignore[union-attr]
+    assert _iso("the Saturday before 8 May 2023") == "the Saturday before 2023-05-08"
+
+
+@pytest.mark.parametrize("style", ["iso", "long"])
 @pytest.mark.parametrize(("phrase", "base", "first", "last", "granularity", "resolved",
                           "relative"), CASES, ids=IDS)
 def test_the_restatement_reads_back_to_the_same_span_under_any_base(
         phrase: str, base: datetime, first: date, last: date, granularity: str,
-        resolved: str, relative: bool) -> None:
-    # The resolved string names its anchor, so it no longer needs the session date.
+        resolved: str, relative: bool, style: str) -> None:
+    # The resolved string names its anchor, so it no longer needs the session date; it
+    # reads back in either style, and restates itself in the style asked for.
+    said = _expected(resolved, style)
     for other in (base, datetime(2031, 3, 3)):
-        again = normalise_time(resolved, other)
-        assert again is not None, (resolved, other)
-        assert (again.start, again.end) == _bounds(first, last)
-        assert (again.granularity, again.resolved, again.relative) == (
-            granularity, resolved, False)
+        for again_style in ("iso", "long"):
+            again = normalise_time(said, other, again_style)  # type: ignore[arg-type]
+            assert again is not None, (said, other)
+            assert (again.start, again.end) == _bounds(first, last)
+            assert (again.granularity, again.resolved, again.relative) == (
+                granularity, _expected(resolved, again_style), False)
 
 
 @pytest.mark.parametrize("phrase", [
@@ -172,10 +203,10 @@ def test_the_base_is_read_in_utc_and_spans_are_aware_utc() -> None:
     # 01:00 on 8 May at UTC+5 is 20:00 on 7 May in UTC: "yesterday" is then 6 May.
     aware = datetime(2023, 5, 8, 1, 0, tzinfo=timezone(timedelta(hours=5)))
     span = normalise_time("yesterday", aware)
-    assert span is not None and span.resolved == "6 May 2023"
+    assert span is not None and span.resolved == "2023-05-06"
     assert span.start.tzinfo == UTC and span.end.tzinfo == UTC
     naive = normalise_time("yesterday", datetime(2023, 5, 8, 1, 0))
-    assert naive is not None and naive.resolved == "7 May 2023"
+    assert naive is not None and naive.resolved == "2023-05-07"
 
 
 def test_spans_are_frozen() -> None:
@@ -193,6 +224,7 @@ def test_spans_are_frozen() -> None:
     ("This may be the best painting I have done since 2019.", ["2019"]),
     ("We married on 5 June 2020 and moved in May.", ["5 June 2020", "May"]),
     ("The week before 9 June 2023 I was in Paris.", ["The week before 9 June 2023"]),
+    ("The week before 2023-06-09 I was in Paris.", ["The week before 2023-06-09"]),
     ("The summer of 2022 was hot, and last summer too.", ["The summer of 2022", "last summer"]),
     ("A few days ago I went to a poetry reading, and last Fri a gig.",
      ["A few days ago", "last Fri"]),
@@ -208,7 +240,12 @@ def test_find_time_phrases(text: str, expected: list[str]) -> None:
 
 
 def test_resolve_times_finds_and_normalises_in_order() -> None:
-    spans = resolve_times("Yesterday I said that last week was busy, unlike in 2019.", MON_8_MAY)
+    text = "Yesterday I said that last week was busy, unlike in 2019."
+    spans = resolve_times(text, MON_8_MAY)
+    assert [(s.text, s.resolved) for s in spans] == [
+        ("Yesterday", "2023-05-07"), ("last week", "the week before 2023-05-08"),
+        ("2019", "2019")]
+    spans = resolve_times(text, MON_8_MAY, "long")
     assert [(s.text, s.resolved) for s in spans] == [
         ("Yesterday", "7 May 2023"), ("last week", "the week before 8 May 2023"),
         ("2019", "2019")]

@@ -27,8 +27,10 @@ def chars(text: str) -> int:
 def test_render_carries_provenance_and_resolves_relative_dates() -> None:
     line = MemoryLine(id="D3:7", speaker="Caroline", when=datetime(2023, 5, 8),
                       text="I went to a support group yesterday.")
-    assert render(line) == ("[D3:7 · Caroline · 8 May 2023] I went to a support group "
-                            "yesterday [7 May 2023].")
+    assert render(line) == ("[D3:7 · Caroline · 2023-05-08] I went to a support group "
+                            "yesterday [2023-05-07].")  # ISO by default
+    assert render(line, date_style="long") == ("[D3:7 · Caroline · 8 May 2023] I went to a "
+                                                "support group yesterday [7 May 2023].")
     assert render(line, resolve_times=False).endswith("support group yesterday.")
     assert render(MemoryLine(id="i_1", text="a fact")) == "[i_1] a fact"
 
@@ -39,9 +41,12 @@ def test_parse_reads_back_what_render_wrote() -> None:
                  MemoryLine(id="i_1", text="a fact"),
                  MemoryLine(id="i_2", when=datetime(2021, 12, 31), text="dated"),
                  MemoryLine(id="D1:1", speaker="Bo", text="no day")):
-        assert parse(render(line)) == line
+        for style in ("iso", "long"):
+            assert parse(render(line, date_style=style)) == line  # type: ignore[arg-type]
     assert parse(render(MemoryLine(id="a", when=datetime(2023, 5, 8), text="yesterday"))) \
-        .text == "yesterday [7 May 2023]"
+        .text == "yesterday [2023-05-07]"
+    assert parse(render(MemoryLine(id="a", when=datetime(2023, 5, 8), text="yesterday"),
+                        date_style="long")).text == "yesterday [7 May 2023]"
     assert parse("no header here") is None
 
 
@@ -82,9 +87,10 @@ line_strategy = st.builds(
 @settings(max_examples=300, deadline=None)
 @given(lines=st.lists(line_strategy, max_size=25, unique_by=lambda ln: ln.id),
        budget=st.integers(0, 400),
-       counter=st.sampled_from([words, pieces, chars]))
-def test_never_over_budget(lines, budget, counter) -> None:
-    out = pack(lines, budget, counter)
+       counter=st.sampled_from([words, pieces, chars]),
+       style=st.sampled_from(["iso", "long"]))
+def test_never_over_budget(lines, budget, counter, style) -> None:
+    out = pack(lines, budget, counter, date_style=style)
     assert counter(out.text) <= budget
     assert out.tokens == (counter(out.text) if out.text else 0)
     assert len(out.ids) == len(out.text.splitlines()) if out.text else out.ids == []

@@ -20,7 +20,8 @@ from tests.conftest import InProcessInterpreter, field, locomo_record
 
 @pytest.fixture
 def session(store: Store) -> ToolSession:
-    from memstrata.bench.locomo import _parse_conversation, load_conversation
+    from memstrata.bench.locomo import load_conversation
+    from memstrata.formats.locomo import _parse_conversation
 
     load_conversation(store, _parse_conversation(Path("t.json"), 0, locomo_record("conv-a")))
     s = ToolSession(store, "conv-a")

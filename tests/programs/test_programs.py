@@ -12,6 +12,7 @@ from memstrata.programs import (
     ABSTAIN_ANSWER,
     QA,
     AnswerJudge,
+    AnswerStyle,
     Extractor,
     Judge,
     ProgramParseError,
@@ -34,12 +35,40 @@ def test_qa_answers_and_keeps_only_real_evidence_ids() -> None:
 
 
 def test_qa_abstains_explicitly() -> None:
-    for said in ("Not mentioned", "", "The memories have no information about it."):
+    assert ABSTAIN_ANSWER == "I don't know"  # the answerer's own phrase, not a dataset's
+    for said in ("Not mentioned", "", "The memories have no information about it.",
+                 "I don't know", "I don’t know."):
         lm = DummyLM([{"answer": said, "evidence": []}], adapter=dspy.JSONAdapter())
         with dspy.context(lm=lm):
             out = QA()(question="What is Caroline's favourite food?", memories=MEMORIES)
         assert out.abstained is True
         assert out.answer == ABSTAIN_ANSWER
+
+
+def test_the_answer_style_writes_the_prompt_demos_and_abstention(scripted) -> None:
+    seen: list[str] = []
+
+    def reply(system: str, user: str, schema):
+        seen.append(system)
+        return {"answer": "Nothing", "evidence": []}
+
+    handle = scripted(reply)
+    default = QA()
+    styled = QA(AnswerStyle(date_style="long", abstain_answer="Nothing on that.",
+                            abstain_prompt="Nothing"))
+    with dspy.context(lm=handle.lm):
+        assert default(question="Where?", memories=MEMORIES).abstained is False
+        out = styled(question="Where?", memories=MEMORIES)
+    assert out.abstained is True and out.answer == "Nothing on that."
+    assert 'a date like "2023-05-07"' in seen[0] and 'answer "I don\'t know"' in seen[0]
+    assert 'a date like "7 May 2023"' in seen[1] and 'answer "Nothing"' in seen[1]
+    demos = [d.memories + d.answer for d in default.respond.predict.demos]
+    assert "[s7:1 · Tom · 2022-06-09]" in demos[1] and "the week before 2022-06-09" in demos[1]
+    assert default.respond.predict.demos[2].answer == "I don't know"
+    long_demos = [d.memories + d.answer for d in styled.respond.predict.demos]
+    assert "[s7:1 · Tom · 9 June 2022]" in long_demos[1]
+    assert "the week before 9 June 2022" in long_demos[1]
+    assert styled.respond.predict.demos[2].answer == "Nothing"
 
 
 def test_schema_reaches_the_engine_with_bounds(scripted) -> None:
@@ -107,7 +136,7 @@ def test_extractor_proposes_from_turns_without_ids(scripted) -> None:
     handle = scripted(reply)
     with dspy.context(lm=handle.lm):
         extraction = Extractor()(chunk=chunk).extraction
-    assert seen[-1] == "-- 8 May 2023 --\nAna: I moved to Oslo last month."
+    assert seen[-1] == "-- 2023-05-08 --\nAna: I moved to Oslo last month."  # ISO by default
     assert "D1:1" not in seen[-1]
     assert [(f.subject, f.object, f.time) for f in extraction.facts] == [
         ("Ana", "Oslo", "last month")]
@@ -171,7 +200,8 @@ def test_tidy_answer_strips_copied_headers_and_restyles_iso_dates() -> None:
         "4 September 2022", ["D23:19"])
     assert tidy_answer("[D25:11 · John · 22 July 2023] a yoga studio", known) == (
         "a yoga studio", ["D25:11"])
-    assert tidy_answer("2023-05-08 23:30:52", known) == ("8 May 2023", [])
+    assert tidy_answer("2023-05-08 23:30:52", known) == ("2023-05-08", [])  # ISO by default
+    assert tidy_answer("2023-05-08 23:30:52", known, "long") == ("8 May 2023", [])
     assert tidy_answer("on 2023-13-45", known) == ("on 2023-13-45", [])  # not a date
     assert tidy_answer("Sweden}\n\nmore", known) == ("Sweden", [])
     assert tidy_answer("D99:1 · X · 2 May", known) == ("D99:1 · X · 2 May", [])  # unknown id
@@ -183,15 +213,20 @@ def test_relative_times_in_answers_are_read_on_the_day_they_were_said() -> None:
     memories = ("[D2:1 · Maria · 22 December 2022] I donated my old car yesterday "
                 "[21 December 2022].\n[D1:14 · Mel · 8 May 2023] I painted that sunrise last "
                 "year [2022]!")
-    assert resolve_relative_times("yesterday", memories, ["D2:1"]) == "21 December 2022"
+    # The memories' days are read in any style; the resolution is written in the one asked
+    # for (ISO by default).
+    assert resolve_relative_times("yesterday", memories, ["D2:1"]) == "2022-12-21"
+    assert resolve_relative_times("yesterday", memories, ["D2:1"], "long") == "21 December 2022"
     # the memory that says the phrase wins over a wrong citation, and over the first line
     assert resolve_relative_times("last year", memories, ["D2:1"]) == "2022"
     assert resolve_relative_times("in Sweden", memories, ["D2:1"]) == "in Sweden"
     assert resolve_relative_times("7 May 2023", memories, []) == "7 May 2023"  # absolute
     # nobody said it and nothing was cited: no day to read it on
     assert resolve_relative_times("last week", memories, []) == "last week"
-    assert resolve_relative_times("last week", memories, ["D1:14"]) == \
+    assert resolve_relative_times("last week", memories, ["D1:14"], "long") == \
         "the week before 8 May 2023"
+    assert resolve_relative_times("last week", memories, ["D1:14"]) == \
+        "the week before 2023-05-08"
     assert resolve_relative_times("yesterday", "no headers here", []) == "yesterday"
 
 
@@ -199,7 +234,11 @@ def test_qa_answer_with_a_relative_time_is_resolved(scripted) -> None:
     handle = scripted(lambda s, u, schema: {"answer": "yesterday", "evidence": ["D1:3"]})
     with dspy.context(lm=handle.lm):
         out = QA()(question="When did Ana run?",
-                   memories="[D1:3 · Ana · 8 May 2023] I ran yesterday [7 May 2023].")
+                   memories="[D1:3 · Ana · 2023-05-08] I ran yesterday [2023-05-07].")
+        assert out.answer == "2023-05-07" and out.evidence == ["D1:3"]
+        out = QA(AnswerStyle(date_style="long"))(
+            question="When did Ana run?",
+            memories="[D1:3 · Ana · 8 May 2023] I ran yesterday [7 May 2023].")
     assert out.answer == "7 May 2023" and out.evidence == ["D1:3"]
 
 
@@ -207,9 +246,9 @@ def test_demos_are_one_line_json_as_a_grammar_allows() -> None:
     # llama-cpp-python's JSON grammar allows at most one space between tokens: demos
     # shown indented taught the 1.5B model a shape it could not write (it closed every
     # list empty instead).
-    from memstrata.programs.extractor import FORMAT_DEMO, ExtractMemories
+    from memstrata.programs.extractor import ExtractMemories, format_demo
     from memstrata.programs.structured import CompactJSONAdapter
 
     text = CompactJSONAdapter().format_assistant_message_content(
-        ExtractMemories, FORMAT_DEMO)
+        ExtractMemories, format_demo())
     assert "\n" not in text and json.loads(text)["facts"][0]["subject"] == "Ana"

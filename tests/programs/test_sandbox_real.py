@@ -52,7 +52,8 @@ def test_sandbox_starts_offline_and_keeps_state(offline: None) -> None:
 
 def test_rlm_step_calls_mem_search_in_the_real_sandbox(offline: None, store: Store,
                                                        scripted: Any) -> None:
-    from memstrata.bench.locomo import _parse_conversation, load_conversation
+    from memstrata.bench.locomo import load_conversation
+    from memstrata.formats.locomo import _parse_conversation
 
     load_conversation(store, _parse_conversation(Path("t.json"), 0, locomo_record("conv-a")))
     session = ToolSession(store, "conv-a")

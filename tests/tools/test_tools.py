@@ -17,7 +17,8 @@ from tests.conftest import locomo_record
 def _load(store: Store, sample_id: str, **kw: Any) -> None:
     from pathlib import Path
 
-    from memstrata.bench.locomo import _parse_conversation, load_conversation
+    from memstrata.bench.locomo import load_conversation
+    from memstrata.formats.locomo import _parse_conversation
 
     conv = _parse_conversation(Path("t.json"), 0, locomo_record(sample_id, **kw))
     load_conversation(store, conv)

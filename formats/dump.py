@@ -1,0 +1,145 @@
+"""A tenant's memory as JSONL, and back: what ``Memory.export`` / ``Memory.import_`` do.
+
+One JSON object a line, each with a ``type``: ``conversation``, ``session``, ``turn``,
+``item``, ``edge``, ``blob`` and ``version`` (earlier versions of turns and items), in
+that order, each carrying its ids and both times (event and record). Importing writes
+the same rows with the same ids (the store re-indexes and re-embeds them as it writes),
+so the same queries find the same memories; it validates the whole file first and writes
+in one transaction, so a bad file changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from memstrata.memory import Store
+from memstrata.memory.models import ITEM_ADAPTER, Conversation, Edge, Session, Turn
+from pydantic import ValidationError
+
+from .records import ImportFormatError
+
+FORMAT = "memstrata-export"
+VERSION = 1
+_ORDER = ("conversation", "session", "turn", "item", "edge", "blob", "version")
+
+
+def export_tenant(store: Store, user_id: str, path: Path) -> int:
+    """Write everything of ``user_id`` to ``path`` as JSONL; returns the lines written."""
+    lines: list[dict[str, Any]] = [{"type": "header", "format": FORMAT, "version": VERSION,
+                                    "user_id": user_id}]
+    q = store.conn.execute
+    for cid, agent, title, speakers, meta in q(
+            "SELECT id, agent_id, title, speakers, metadata FROM conversations"
+            " WHERE user_id = ? ORDER BY rowid", (user_id,)):
+        lines.append({"type": "conversation", "id": cid, "agent_id": agent, "title": title,
+                      "speakers": json.loads(speakers), "metadata": json.loads(meta)})
+    for sid, cid, idx, started, meta in q(
+            "SELECT id, conversation_id, idx, started_at, metadata FROM sessions"
+            " WHERE user_id = ? ORDER BY conversation_id, idx", (user_id,)):
+        lines.append({"type": "session", "id": sid, "conversation_id": cid, "index": idx,
+                      "started_at": started, "metadata": json.loads(meta)})
+    lines += [{"type": "turn", **t.model_dump(mode="json", exclude={"user_id"})}
+              for t in store.turns(user_id)]
+    item_ids = [r[0] for r in q("SELECT id FROM items WHERE user_id = ? ORDER BY rowid",
+                                (user_id,))]
+    for start in range(0, len(item_ids), 500):
+        lines += [{"type": "item", **i.model_dump(mode="json", exclude={"user_id"})}
+                  for i in store.get_many(user_id, item_ids[start:start + 500])]
+    lines += [{"type": "edge", **e.model_dump(mode="json", exclude={"user_id", "id"})}
+              for e in store.edges(user_id, limit=10**9)]
+    for key, text, meta in q("SELECT key, text, metadata FROM blobs WHERE user_id = ?"
+                             " ORDER BY key", (user_id,)):
+        lines.append({"type": "blob", "key": key, "text": text, "metadata": json.loads(meta)})
+    for node, version, event, snapshot, recorded, valid_to in q(
+            "SELECT node_id, version, event, snapshot, recorded_at, valid_to FROM versions"
+            " WHERE user_id = ? ORDER BY node_id, version", (user_id,)):
+        lines.append({"type": "version", "node_id": node, "version": version, "event": event,
+                      "snapshot": json.loads(snapshot), "recorded_at": recorded,
+                      "valid_to": valid_to})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    with tmp.open("w", encoding="utf-8") as out:
+        for line in lines:
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
+    tmp.replace(path)  # a crash mid-write leaves no truncated export under the name
+    return len(lines)
+
+
+def _read(path: Path) -> tuple[str, dict[str, list[tuple[int, dict[str, Any]]]]]:
+    try:
+        raw = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ImportFormatError(str(path), "file", str(exc)) from None
+    groups: dict[str, list[tuple[int, dict[str, Any]]]] = {t: [] for t in _ORDER}
+    source = None
+    for n, text in enumerate(raw.split("\n"), 1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ImportFormatError(str(path), f"line {n}", f"invalid JSON: {exc.msg}") from None
+        kind = row.get("type") if isinstance(row, dict) else None
+        if kind == "header":
+            if row.get("format") != FORMAT or row.get("version") != VERSION:
+                raise ImportFormatError(str(path), f"line {n}",
+                                        f"not a {FORMAT} v{VERSION} file")
+            source = row.get("user_id")
+        elif kind in groups:
+            groups[kind].append((n, row))
+        else:
+            raise ImportFormatError(str(path), f"line {n}", f"unknown line type {kind!r}")
+    if source is None:
+        raise ImportFormatError(str(path), "line 1", f"no {FORMAT} header line")
+    return source, groups
+
+
+def import_tenant(store: Store, path: Path, user_id: str | None = None) -> dict[str, int]:
+    """Write an export back (into ``user_id``, default the exported tenant).
+
+    Raises:
+        ImportFormatError: a line is not valid, or an id already exists in the store;
+            nothing is written.
+    """
+    source, groups = _read(path)
+    user = user_id or source
+    where = str(path)
+    try:
+        convs = [(n, Conversation(user_id=user, **{k: v for k, v in r.items() if k != "type"}))
+                 for n, r in groups["conversation"]]
+        sessions = [(n, Session(user_id=user, **{k: v for k, v in r.items() if k != "type"}))
+                    for n, r in groups["session"]]
+        turns = [(n, Turn(user_id=user, **{k: v for k, v in r.items() if k != "type"}))
+                 for n, r in groups["turn"]]
+        items = [(n, ITEM_ADAPTER.validate_python(
+            {"user_id": user, **{k: v for k, v in r.items() if k != "type"}}))
+            for n, r in groups["item"]]
+        edges = [(n, Edge(user_id=user, **{k: v for k, v in r.items() if k != "type"}))
+                 for n, r in groups["edge"]]
+    except ValidationError as exc:
+        raise ImportFormatError(where, "a record", exc.errors()[0]["msg"]) from None
+    for n, node in [*turns, *items]:
+        if store.owner(node.id) is not None:
+            raise ImportFormatError(where, f"line {n}", f"id {node.id!r} already exists in "
+                                    "this store (forget it first, or import into a new file)")
+    with store.transaction():
+        for _, conv in convs:
+            store.add_conversation(conv)
+        for _, session in sessions:
+            store.add_session(session)
+        for start in range(0, len(turns), 1000):
+            store.add_turns([t for _, t in turns[start:start + 1000]])
+        store.add_many(i for _, i in items)
+        store.add_edges(e for _, e in edges)
+        for _, blob in groups["blob"]:
+            store.blobs.put(user, blob["key"], blob["text"], blob.get("metadata") or {})
+        store.conn.executemany(
+            "INSERT INTO versions (user_id, node_id, version, event, snapshot, recorded_at,"
+            " valid_to) VALUES (?,?,?,?,?,?,?)",
+            [(user, v["node_id"], v["version"], v["event"], json.dumps(v["snapshot"]),
+              v["recorded_at"], v["valid_to"]) for _, v in groups["version"]])
+    return {"conversations": len(convs), "sessions": len(sessions), "turns": len(turns),
+            "items": len(items), "edges": len(edges), "blobs": len(groups["blob"]),
+            "versions": len(groups["version"])}

@@ -1,0 +1,182 @@
+"""The plain "messages" file format: chat messages, optionally tagged with their conversation
+and session.
+
+A file is one of:
+
+* a JSON array of message objects,
+* JSONL: one message object per line (blank lines are skipped),
+* a JSON object ``{"messages": [...]}``.
+
+Each message is what :func:`~memstrata.formats.records.to_message` takes (``speaker`` |
+``name`` | ``role``, ``content``, optional ``timestamp`` and ``metadata``) plus optional
+``conversation_id`` and ``session_id`` (both default to ``"default"``)::
+
+    {"conversation_id": "c1", "session_id": "s1", "speaker": "Ana", "content": "Hi"}
+
+Records in errors are 1-based: ``line 7`` for JSONL, ``message 3`` for an array.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .records import ConversationRecord, ImportFormatError, Message, SessionRecord, to_message
+
+DEFAULT_ID = "default"
+
+
+def read_text(path: str | Path) -> str:
+    """The whole file as UTF-8 text (a leading BOM is dropped).
+
+    Raises:
+        ImportFormatError: the file is missing or unreadable, or not UTF-8 (names the line).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ImportFormatError(str(path), "file", f"cannot read ({exc.strerror or exc})"
+                                ) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ImportFormatError(str(path), f"line {line}",
+                                f"not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
+def load_json(path: str | Path, text: str, record: str | None = None) -> Any:
+    """``text`` parsed as one JSON document.
+
+    Args:
+        path: the file, for errors.
+        text: the JSON text.
+        record: the record to name in errors; by default the line the parser stopped at.
+
+    Raises:
+        ImportFormatError: the text is not valid JSON.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = record or f"line {exc.lineno}"
+        raise ImportFormatError(str(path), where,
+                                f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+
+
+def _entries(path: str | Path, text: str) -> list[tuple[str, Any]]:
+    """The file's raw messages, each with the record name errors will use."""
+    lines = text.split("\n")  # not splitlines(): JSON strings may hold U+2028 and friends
+    first = next((line for line in lines if line.strip()), None)
+    if first is None:
+        return []  # an empty file (or only blank lines) is valid JSONL with no messages
+    if not first.lstrip().startswith("["):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            # Several documents (or a broken one): JSONL if the first line stands alone,
+            # otherwise one broken document whose own error position is the useful one.
+            try:
+                json.loads(first)
+            except json.JSONDecodeError:
+                load_json(path, text)
+            return [(f"line {n}", load_json(path, line, f"line {n}"))
+                    for n, line in enumerate(lines, 1) if line.strip()]
+        if isinstance(doc, dict) and "messages" not in doc:
+            return [(f"line {lines.index(first) + 1}", doc)]  # one-line JSONL
+    else:
+        doc = load_json(path, text)
+    if isinstance(doc, dict):
+        doc = doc["messages"]
+        if not isinstance(doc, list):
+            raise ImportFormatError(str(path), '"messages"',
+                                    f"must be an array, not {json_kind(doc)}")
+    if not isinstance(doc, list):
+        raise ImportFormatError(str(path), "top level", f"expected a JSON array of messages, "
+                                f'an object {{"messages": [...]}} or JSONL, not {json_kind(doc)}')
+    return [(f"message {n}", raw) for n, raw in enumerate(doc, 1)]
+
+
+def json_kind(value: Any) -> str:
+    """A JSON type name for errors (``object``, not ``dict``)."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _id(raw: dict[str, Any], key: str) -> str:
+    """``conversation_id``/``session_id``: missing or null is the default; ints are text."""
+    value = raw.get(key)
+    if value is None:
+        return DEFAULT_ID
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f'"{key}" must be a non-empty string')
+    return value
+
+
+def read_messages(path: str | Path) -> list[ConversationRecord]:
+    """Conversations from a messages file, validated whole before returning.
+
+    Messages are grouped by ``conversation_id``, then ``session_id`` (each in order of first
+    appearance), keeping file order within a session. A session starts at its first
+    message's timestamp (``None`` if that has none); a conversation's speakers are listed in
+    order of first appearance.
+
+    Raises:
+        ImportFormatError: the file is unreadable, not UTF-8, not JSON/JSONL, has the wrong
+            top-level type, or a message is invalid; names the file and the line or message.
+    """
+    grouped: dict[str, dict[str, list[Message]]] = {}
+    for record, raw in _entries(path, read_text(path)):
+        try:
+            if not isinstance(raw, dict):
+                raise ValueError(f"a message is a JSON object, not {json_kind(raw)}")
+            conversation, session = _id(raw, "conversation_id"), _id(raw, "session_id")
+            message = to_message(raw)
+        except ValueError as exc:
+            raise ImportFormatError(str(path), record, str(exc)) from None
+        grouped.setdefault(conversation, {}).setdefault(session, []).append(message)
+    records = []
+    for conversation, sessions in grouped.items():
+        speakers = dict.fromkeys(m.speaker for ms in sessions.values() for m in ms)
+        records.append(ConversationRecord(
+            id=conversation, speakers=list(speakers),
+            sessions=[SessionRecord(id=sid, started_at=ms[0].timestamp, messages=ms)
+                      for sid, ms in sessions.items()]))
+    return records
+
+
+def write_messages(records: Iterable[ConversationRecord], path: str | Path) -> Path:
+    """Write conversations as a JSONL messages file that :func:`read_messages` reads back.
+
+    Each line is one message: ``conversation_id``, ``session_id``, ``speaker``,
+    ``content``, ``timestamp`` (ISO 8601, omitted when unknown) and ``metadata`` (omitted
+    when empty). Only what the format carries survives: titles, record/session metadata,
+    ``source_ids``, empty sessions and a ``started_at`` other than the first message's
+    time are dropped. The file is replaced.
+
+    Returns:
+        The path written.
+
+    Raises:
+        TypeError: some metadata is not JSON-serialisable (nothing is written then).
+    """
+    lines = []
+    for conversation in records:
+        for session in conversation.sessions:
+            for message in session.messages:
+                row: dict[str, Any] = {"conversation_id": conversation.id,
+                                       "session_id": session.id,
+                                       "speaker": message.speaker, "content": message.content}
+                if message.timestamp is not None:
+                    row["timestamp"] = message.timestamp.isoformat()
+                if message.metadata:
+                    row["metadata"] = message.metadata
+                lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+    out = Path(path)
+    out.write_text("".join(lines), encoding="utf-8")
+    return out

@@ -1,0 +1,464 @@
+"""``Memory``: one object for an application's memory — mem0's verbs, with provenance,
+history and real forgetting, over memstrata's layers.
+
+Example:
+    >>> from memstrata import Memory
+    >>> m = Memory.open(":memory:")
+    >>> _ = m.add("I moved to Lisbon last spring", user_id="ana", infer=False)
+    >>> m.search("where does she live?", user_id="ana", k=1)[0].text
+    'I moved to Lisbon last spring'
+
+Turns are stored as said (embedded and indexed on write). With an LM and ``infer=True``,
+new turns of a conversation accumulate until they fill an extraction chunk, then one LLM
+call extracts their facts, which are grounded, deduplicated against what the
+conversation already holds and superseded where a single-valued fact changed
+(``flush`` extracts a partial chunk). Every method takes the tenant (``user_id``) or an
+id that names its tenant; nothing reads across tenants.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memstrata.formats.records import ConversationRecord, Message, parse_time, to_messages
+from memstrata.memory import Filters, Hit, Retriever, Store, Turn
+from memstrata.memory.models import Conversation, Edge, Session, utcnow
+from memstrata.memory.store import node_type
+from memstrata.memory.versions import Version
+
+if TYPE_CHECKING:
+    import dspy
+
+    from memstrata.programs.answer import AnswerWithProvenance
+    from memstrata.programs.ingest import IngestSettings
+    from memstrata.programs.lm import ModelHandle
+
+DEFAULT_CONVERSATION = "default"
+SESSION_GAP = timedelta(hours=2)
+"""A message this long after the last one of a conversation starts a new session."""
+EXTRACTED = "extracted_seq"
+"""Conversation metadata key: the last turn (``seq``) whose facts were extracted."""
+
+
+class Memory:
+    """A tenant-scoped memory over one store; safe to share between threads.
+
+    Build with :meth:`open`. ``lm`` is a :class:`~memstrata.programs.lm.ModelHandle`
+    (or None: turns are stored and searched, nothing is extracted or answered).
+    """
+
+    def __init__(self, store: Store, *, lm: ModelHandle | None = None,
+                 ingest: IngestSettings | None = None) -> None:
+        self.store = store
+        self.lm = lm
+        self.retriever = Retriever(store, store.embedder)
+        self._ingest = ingest
+        self._lock = threading.RLock()
+        self._answerer: Any = None  # a PersonalAnswerer, built on the first answer
+
+    @classmethod
+    def open(cls, path: str | Path = "memstrata.db", *, lm: str | dspy.BaseLM | ModelHandle
+             | None = None, embedder: Any = "default",
+             ingest: IngestSettings | None = None) -> Memory:
+        """Open (creating if needed) a memory in one SQLite file.
+
+        Args:
+            path: the file (``":memory:"`` for a throwaway one).
+            lm: a model choice as ``setup_lm`` takes it (``local/qwen2.5-coder-1.5b``,
+                ``openai/gpt-4o-mini``, ...), a ``dspy.LM``, a ``ModelHandle``, or None
+                (no extraction and no answers; never an error here).
+            embedder: ``"default"`` (the static model shipped in the package), any
+                ``Embedder``, or None (no dense channel).
+            ingest: chunking and call-cap settings of extraction.
+        """
+        if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
+            raise ValueError("PostgreSQL is not supported yet: open a SQLite file path")
+        return cls(Store.open(path, embedder=embedder), lm=_handle(lm), ingest=ingest)
+
+    def close(self) -> None:
+        """Close the store."""
+        self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ------------------------------------------------------------------------
+
+    def add(self, messages: Any, *, user_id: str, agent_id: str | None = None,
+            conversation_id: str | None = None, session_id: str | None = None,
+            timestamp: datetime | str | float | None = None,
+            metadata: dict[str, Any] | None = None, infer: bool = True) -> list[dict[str, Any]]:
+        """Store messages as turns and, with an LM and ``infer``, extract their facts.
+
+        Args:
+            messages: a string (said by ``user``), a message dict (``role`` or
+                ``speaker``, ``content``, optional ``timestamp``/``metadata``: OpenAI chat
+                messages as they are), or a list of them.
+            user_id: the tenant.
+            agent_id: recorded on the turns.
+            conversation_id: default ``"default"``.
+            session_id: default: the conversation's last session, or a new one when the
+                first message comes more than two hours after its last turn.
+            timestamp: event time of messages without their own (default: now).
+            metadata: merged into every turn's metadata.
+            infer: extract facts once the conversation's unextracted turns fill a chunk.
+
+        Returns:
+            One event per stored turn (``{"id", "memory", "event": "ADD", "kind":
+            "turn"}``), then one per proposed fact (``ADD``, ``UPDATE`` with ``previous``,
+            or ``NONE`` when it was already known).
+
+        Raises:
+            ValueError: bad messages or ids; nothing is stored.
+        """
+        _check_id("user_id", user_id)
+        msgs = to_messages(messages)
+        when = parse_time(timestamp) if timestamp is not None else None
+        conv = conversation_id or DEFAULT_CONVERSATION
+        _check_id("conversation_id", conv)
+        if session_id is not None:
+            _check_id("session_id", session_id)
+        with self._lock:
+            turns = self._write(user_id, agent_id, conv, session_id, msgs, when, metadata or {})
+            events = [{"id": t.id, "memory": t.text, "event": "ADD", "kind": "turn"}
+                      for t in turns]
+            if infer and self.lm is not None and turns:
+                events += self._extract(user_id, conv, full_only=True)
+        return events
+
+    def flush(self, user_id: str, conversation_id: str | None = None) -> list[dict[str, Any]]:
+        """Extract the facts of every conversation's (or one's) unextracted turns now,
+        even a partial chunk. Returns the fact events; none without an LM."""
+        if self.lm is None:
+            return []
+        with self._lock:
+            convs = [conversation_id] if conversation_id else [
+                r[0] for r in self.store.conn.execute(
+                    "SELECT id FROM conversations WHERE user_id = ? ORDER BY id", (user_id,))]
+            return [e for c in convs for e in self._extract(user_id, c, full_only=False)]
+
+    def _write(self, user_id: str, agent_id: str | None, conv: str, session_id: str | None,
+               msgs: list[Message], when: datetime | None, metadata: dict[str, Any]
+               ) -> list[Turn]:
+        now = utcnow()
+        store = self.store
+        with store.transaction():  # the write lock up front: seq is read and used atomically
+            header = store.conn.execute(
+                "SELECT speakers, metadata FROM conversations WHERE user_id = ? AND id = ?",
+                (user_id, conv)).fetchone()
+            last = store.conn.execute(
+                "SELECT id, seq, session_id, event_time FROM turns WHERE user_id = ? AND"
+                " conversation_id = ? ORDER BY seq DESC LIMIT 1", (user_id, conv)).fetchone()
+            seq = last[1] + 1 if last else 0
+            first_time = msgs[0].timestamp or when or now
+            if session_id is None:
+                session_id = _session_for(store, user_id, conv, last, first_time)
+            known = store.conn.execute(
+                "SELECT 1 FROM sessions WHERE user_id = ? AND conversation_id = ? AND id = ?",
+                (user_id, conv, session_id)).fetchone()
+            speakers = json.loads(header[0]) if header else []
+            new_speakers = [m.speaker for m in msgs if m.speaker not in speakers]
+            if header is None or new_speakers:
+                store.add_conversation(Conversation(
+                    id=conv, user_id=user_id, agent_id=agent_id,
+                    speakers=list(dict.fromkeys([*speakers, *new_speakers])),
+                    metadata=json.loads(header[1]) if header else {}))
+            if not known:
+                index = store.conn.execute(
+                    "SELECT count(*) FROM sessions WHERE user_id = ? AND conversation_id = ?",
+                    (user_id, conv)).fetchone()[0]
+                store.add_session(Session(id=session_id, user_id=user_id, conversation_id=conv,
+                                          index=index + 1, started_at=first_time))
+            turns = [Turn(user_id=user_id, agent_id=agent_id, conversation_id=conv,
+                          session_id=session_id, turn_id=f"t{seq + n}", seq=seq + n,
+                          speaker=m.speaker, text=m.content, event_time=m.timestamp or when
+                          or now, recorded_at=now, metadata={**metadata, **m.metadata})
+                     for n, m in enumerate(msgs)]
+            ids = store.add_turns(turns)
+            for turn, tid in zip(turns, ids, strict=True):
+                turn.id = tid
+            chain = ([last[0]] if last and last[2] == session_id else []) + ids
+            store.add_edges(Edge(user_id=user_id, src=a, dst=b, relation="follows")
+                            for a, b in pairwise(chain))
+        return turns
+
+    def _extract(self, user_id: str, conv: str, *, full_only: bool) -> list[dict[str, Any]]:
+        from memstrata.programs.ingest import IngestSettings, ingest_turns
+
+        settings = self._ingest or IngestSettings()
+        header = self.store.conn.execute(
+            "SELECT metadata FROM conversations WHERE user_id = ? AND id = ?",
+            (user_id, conv)).fetchone()
+        if header is None:
+            return []
+        meta = json.loads(header[0])
+        done = int(meta.get(EXTRACTED, -1))
+        pending = [t for t in self.store.turns(user_id, conversation_id=conv) if t.seq > done]
+        if not pending or (full_only and len(pending) < settings.chunking.max_turns):
+            return []
+        facts: list[Any] = []
+        report = ingest_turns(self.store, user_id, conv, pending, self.lm,  # type: ignore[arg-type]
+                              settings=settings, events=facts)
+        if report.failed_chunks:
+            raise RuntimeError(f"extraction failed for {len(report.failed_chunks)} chunk(s) "
+                               f"of {conv!r}: {report.failed_chunks[0]} (turns kept; "
+                               f"retry with flush)")
+        meta[EXTRACTED] = pending[-1].seq
+        with self.store.transaction():
+            self.store.conn.execute(
+                "UPDATE conversations SET metadata = ? WHERE user_id = ? AND id = ?",
+                (json.dumps(meta), user_id, conv))
+        return [{**e.model_dump(exclude_none=True), "kind": "fact"} for e in facts]
+
+    def import_conversations(self, records: Iterable[ConversationRecord], *, user_id: str,
+                             agent_id: str | None = None,
+                             progress: Callable[[int], None] | None = None) -> dict[str, int]:
+        """Write whole conversations (from a format adapter) as turns, all or nothing.
+
+        A conversation already stored under the same id is replaced. No extraction runs
+        (``flush`` extracts afterwards). Returns counts of conversations, sessions, turns.
+        """
+        _check_id("user_id", user_id)
+        counts = {"conversations": 0, "sessions": 0, "turns": 0}
+        records = list(records)
+        with self._lock, self.store.transaction():
+            for record in records:
+                self.store.delete_conversation(user_id, record.id)
+                for n, session in enumerate(record.sessions):
+                    sids = (record.source_ids or [])[n:n + 1]
+                    turns = self._write(user_id, agent_id, record.id, session.id,
+                                        session.messages, session.started_at, {})
+                    if sids:
+                        self._source_ids(turns, sids[0])
+                    counts["turns"] += len(turns)
+                    counts["sessions"] += 1
+                counts["conversations"] += 1
+                if progress is not None:
+                    progress(sum(len(s.messages) for s in record.sessions))
+        return counts
+
+    def _source_ids(self, turns: list[Turn], source_ids: list[str]) -> None:
+        self.store.conn.executemany("UPDATE turns SET turn_id = ? WHERE id = ?",
+                                    [(s, t.id) for t, s in zip(turns, source_ids, strict=False)])
+
+    # -- reading -----------------------------------------------------------------------
+
+    def search(self, query: str, *, user_id: str, k: int = 10,
+               filters: Filters | dict[str, Any] | None = None) -> list[Hit]:
+        """The ``k`` best turns and items of ``user_id`` for ``query`` (hybrid search).
+
+        ``filters`` narrows by ``kinds``, ``speaker``, ``conversation_id``, ``start``,
+        ``end`` (a :class:`Filters` or a dict of those). Each hit has ``id``, ``text``,
+        ``score``, ``kind``, ``speaker``, ``conversation_id``, ``event_time`` and the
+        score each channel gave it.
+        """
+        _check_id("user_id", user_id)
+        if isinstance(filters, dict):
+            filters = Filters(**filters)
+        k = max(0, min(int(k), 1000))
+        with self._lock:
+            return self.retriever.search(user_id, query, k=k, filters=filters)
+
+    def get(self, id: str, *, user_id: str | None = None) -> dict[str, Any] | None:
+        """A turn or item by id (as a dict with ``node`` and ``user_id``), or None.
+
+        Ids are unique across tenants; pass ``user_id`` to have a wrong tenant read as
+        missing."""
+        with self._lock:
+            owner = self._owner(id, user_id)
+            if owner is None:
+                return None
+            node = (self.store.turn(owner, id) if node_type(id) == "turn"
+                    else self.store.get(owner, id))
+            return None if node is None else {"node": node_type(id),
+                                              **node.model_dump(mode="json")}
+
+    def get_all(self, user_id: str, *, kind: str | None = None, limit: int = 100,
+                offset: int = 0) -> list[dict[str, Any]]:
+        """A page of the tenant's memories, newest first: items of ``kind`` (any kind
+        when None), or its turns when ``kind="turn"``."""
+        _check_id("user_id", user_id)
+        limit = max(0, min(int(limit), 10_000))
+        with self._lock:
+            if kind == "turn":
+                rows = self.store.conn.execute(
+                    "SELECT id FROM turns WHERE user_id = ? ORDER BY recorded_at DESC,"
+                    " rowid DESC LIMIT ? OFFSET ?", (user_id, limit, int(offset))).fetchall()
+                found = self.store.turns(user_id, ids=[r[0] for r in rows])
+                by_id = {t.id: t for t in found}
+                return [{"node": "turn", **by_id[r[0]].model_dump(mode="json")} for r in rows]
+            return [{"node": "item", **i.model_dump(mode="json")} for i in
+                    self.store.items(user_id, kind=kind, limit=limit, offset=offset)]
+
+    def history(self, id: str, *, user_id: str | None = None) -> list[Version]:
+        """Every version of a turn or item, oldest first (its current text last), each
+        with its record time (``recorded_at``, ``valid_to``) and event time."""
+        with self._lock:
+            owner = self._owner(id, user_id)
+            return [] if owner is None else self.store.history(owner, id)
+
+    # -- changing and forgetting --------------------------------------------------------
+
+    def update(self, id: str, text: str, *, user_id: str | None = None) -> dict[str, Any]:
+        """Give a turn or item new text as a new version (the old one is kept, closed by
+        ``valid_to``; see :meth:`history`). Returns ``{"id", "memory", "event":
+        "UPDATE", "previous"}``.
+
+        Raises:
+            KeyError: no such id (for this tenant).
+            ValueError: empty text.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("the new text is empty")
+        with self._lock:
+            owner = self._owner(id, user_id)
+            if owner is None:
+                raise KeyError(f"no memory {id!r}")
+            if node_type(id) == "turn":
+                old = self.store.turn(owner, id)
+                self.store.update_turn(owner, id, text)
+            else:
+                old = self.store.get(owner, id)
+                self.store.update(owner, id, text=text)
+            return {"id": id, "memory": text, "event": "UPDATE",
+                    "previous": old.text if old else None}
+
+    def delete(self, id: str, *, user_id: str | None = None) -> bool:
+        """Delete one turn or item with its versions, vectors, index rows and edges.
+        True if it existed."""
+        with self._lock:
+            owner = self._owner(id, user_id)
+            if owner is None:
+                return False
+            if node_type(id) == "turn":
+                return self.store.delete_turn(owner, id)
+            return self.store.delete(owner, id)
+
+    def delete_all(self, user_id: str) -> dict[str, int]:
+        """Forget a tenant completely: turns, items of every kind, edges, vectors, FTS
+        rows, blobs, runs, versions and cached values; nothing of any other tenant.
+        Returns the rows deleted per table."""
+        _check_id("user_id", user_id)
+        with self._lock:
+            deleted = self.store.forget_user(user_id)
+            if self._answerer is not None:
+                self._answerer.router.forget(user_id)
+            # A local model's KV cache may still hold the tenant's prompts.
+            engine = getattr(getattr(self.lm, "lm", None), "_engine_spec", None)
+            if hasattr(engine, "clear_cache"):
+                engine.clear_cache()
+            return deleted
+
+    # -- answering and tools ------------------------------------------------------------
+
+    def answer(self, question: str, *, user_id: str, conversation_id: str | None = None
+               ) -> AnswerWithProvenance:
+        """Answer from the tenant's memory with the personal answerer: routed, checked for
+        who-said-what, and returned with its evidence ids and why.
+
+        Raises:
+            RuntimeError: the memory was opened without an LM.
+        """
+        import dspy
+
+        from memstrata.programs.answer import PersonalAnswerer
+
+        _check_id("user_id", user_id)
+        if self.lm is None:
+            raise RuntimeError("answer needs an LM: Memory.open(path, lm=...)")
+        with self._lock:
+            if self._answerer is None:
+                self._answerer = PersonalAnswerer(self.store, retriever=self.retriever,
+                                                  count_tokens=self.lm.count_tokens)
+            with dspy.context(lm=self.lm.lm):
+                out = self._answerer(question=question, user_id=user_id,
+                                     conversation_id=conversation_id)
+            return out.provenance
+
+    def tools(self, user_id: str, *, agent_id: str | None = None) -> list[Callable[..., Any]]:
+        """The handle tools bound to one tenant (``mem_search``, ``mem_get``, ``ctx_*``,
+        ...), each call serialised with this memory's other calls: ready for
+        ``dspy.ReAct(signature, tools=...)`` or ``dspy.RLM``."""
+        import functools
+
+        from memstrata.tools import ToolSession
+
+        _check_id("user_id", user_id)
+        session = ToolSession(self.store, user_id, agent_id=agent_id, retriever=self.retriever)
+
+        def locked(fn: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                with self._lock:
+                    return fn(*args, **kwargs)
+            return call
+
+        return [locked(fn) for fn in session.handle_tools()]
+
+    # -- moving a tenant -------------------------------------------------------------------
+
+    def export(self, user_id: str, path: str | Path) -> int:
+        """Write the tenant's conversations (turns with their sessions and times) and items
+        as JSONL; returns the lines written. :meth:`import_` reads it back."""
+        from memstrata.formats.dump import export_tenant
+
+        with self._lock:
+            return export_tenant(self.store, user_id, Path(path))
+
+    def import_(self, path: str | Path, *, user_id: str | None = None) -> dict[str, int]:
+        """Read a file written by :meth:`export` (into ``user_id``, or the tenant it was
+        exported from), all or nothing. Returns counts of what was written."""
+        from memstrata.formats.dump import import_tenant
+
+        with self._lock:
+            return import_tenant(self.store, Path(path), user_id)
+
+    def _owner(self, id: str, user_id: str | None) -> str | None:
+        if not isinstance(id, str) or not id:
+            raise ValueError("an id is a non-empty string")
+        owner = self.store.owner(id)
+        if owner is None or (user_id is not None and owner != user_id):
+            return None
+        return owner
+
+
+def _session_for(store: Store, user_id: str, conv: str, last: Any, when: datetime) -> str:
+    """The last session of the conversation, or a new one after a gap of ``SESSION_GAP``."""
+    if last is not None:
+        previous = parse_time(last[3]) if last[3] else None
+        if previous is None or when - previous <= SESSION_GAP:
+            return last[2]
+    count = store.conn.execute(
+        "SELECT count(*) FROM sessions WHERE user_id = ? AND conversation_id = ?",
+        (user_id, conv)).fetchone()[0]
+    return f"s{count + 1}"
+
+
+def _check_id(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip() or len(value) > 256 or "\x00" in value:
+        raise ValueError(f"{name} must be a non-empty string of at most 256 characters")
+
+
+def _handle(lm: Any) -> ModelHandle | None:
+    """A metered ``ModelHandle`` from whatever ``Memory.open`` was given."""
+    if lm is None:
+        return None
+    from memstrata.programs.lm import ModelHandle, setup_lm, wrap_lm
+
+    if isinstance(lm, ModelHandle):
+        return lm
+    if isinstance(lm, str):
+        return setup_lm(lm)
+    return wrap_lm(lm)
+
+
+__all__ = ["Memory"]

@@ -1,0 +1,202 @@
+"""The ``Memory`` verbs on the command line: ``add``, ``get``, ``history``, ``delete``,
+``forget``, ``import`` and ``export``. Each prints JSON; bad input is a one-line error
+and exit code 2, with nothing written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("messages", "locomo", "longmemeval")
+
+
+def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None) -> Any:
+    from memstrata import Memory
+
+    if must_exist and not Path(args.db).exists():
+        raise SystemExit(f"memstrata: no store at {args.db}")
+    return Memory.open(args.db, lm=lm)
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    """Add messages for a user: the text argument (said by --speaker), or, with no text,
+    JSONL messages on stdin ({"role"|"speaker", "content", "timestamp"?} a line).
+    Prints one JSON event per line. Facts are extracted only with --lm."""
+    if args.text is not None:
+        messages: Any = [{"speaker": args.speaker, "content": args.text}]
+    else:
+        messages = []
+        for n, line in enumerate(sys.stdin, 1):
+            if line.strip():
+                try:
+                    messages.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise SystemExit(f"memstrata: stdin line {n}: invalid JSON: {exc.msg}"
+                                     ) from None
+        if not messages:
+            raise SystemExit("memstrata: nothing to add (give TEXT or JSONL on stdin)")
+    with _open(args, must_exist=False, lm=args.lm) as memory:
+        try:
+            events = memory.add(messages, user_id=args.user, conversation_id=args.conversation,
+                                session_id=args.session, timestamp=args.timestamp,
+                                infer=args.lm is not None)
+            if args.lm is not None and args.flush:
+                events += memory.flush(args.user, args.conversation)
+        except ValueError as exc:
+            raise SystemExit(f"memstrata: {exc}") from None
+    for event in events:
+        print(json.dumps(event, ensure_ascii=False))
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    """One turn or item by id, as JSON."""
+    with _open(args) as memory:
+        found = memory.get(args.id, user_id=args.user)
+    if found is None:
+        raise SystemExit(f"memstrata: no memory {args.id!r}")
+    print(json.dumps(found, ensure_ascii=False))
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Every version of a turn or item, oldest first, one JSON object a line."""
+    with _open(args) as memory:
+        versions = memory.history(args.id, user_id=args.user)
+    if not versions:
+        raise SystemExit(f"memstrata: no memory {args.id!r}")
+    for version in versions:
+        print(version.model_dump_json(exclude={"node"} if not args.full else None))
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    """Delete one turn or item (its versions, vectors, index rows and edges too)."""
+    with _open(args) as memory:
+        if not memory.delete(args.id, user_id=args.user):
+            raise SystemExit(f"memstrata: no memory {args.id!r}")
+    print(json.dumps({"id": args.id, "event": "DELETE"}))
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    """Forget a user completely: every row of theirs in every table, their index entries,
+    vectors, blobs, runs and versions. Asks first unless --yes."""
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise SystemExit("memstrata: forget deletes everything of the user: pass --yes")
+        reply = input(f"Forget everything of {args.user!r} in {args.db}? [y/N] ")
+        if reply.strip().lower() not in {"y", "yes"}:
+            print("nothing deleted")
+            return 1
+    with _open(args) as memory:
+        try:
+            deleted = memory.delete_all(args.user)
+        except ValueError as exc:
+            raise SystemExit(f"memstrata: {exc}") from None
+    print(json.dumps({"user_id": args.user, "deleted": deleted}))
+    return 0
+
+
+def read_records(path: str, fmt: str) -> list[Any]:
+    """The conversations of a file in one of :data:`FORMATS` (validated whole)."""
+    from memstrata import formats
+
+    if fmt == "messages":
+        return formats.read_messages(path)
+    if fmt == "locomo":
+        return formats.read_locomo(path)
+    from memstrata.formats.longmemeval import read_longmemeval
+
+    return read_longmemeval(path)[0]
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Import conversations from a file into one user, all or nothing: a documented
+    messages JSON/JSONL file, LoCoMo JSON, or LongMemEval JSON (each haystack its own
+    conversation), or a memstrata export (--format export). No facts are extracted
+    unless --lm is given."""
+    from tqdm import tqdm
+
+    from memstrata.formats import ImportFormatError
+
+    try:
+        with _open(args, must_exist=False, lm=args.lm) as memory:
+            if args.format == "export":
+                counts = memory.import_(args.file, user_id=args.user)
+            else:
+                records = read_records(args.file, args.format)
+                total = sum(len(s.messages) for r in records for s in r.sessions)
+                with tqdm(total=total, unit="turn", desc="import", disable=args.quiet) as bar:
+                    counts = memory.import_conversations(records, user_id=args.user,
+                                                         progress=bar.update)
+                if args.lm is not None:
+                    counts["facts"] = sum(e["event"] != "NONE"
+                                          for e in memory.flush(args.user))
+    except (ImportFormatError, ValueError) as exc:
+        raise SystemExit(f"memstrata: {exc}") from None
+    print(json.dumps({"db": args.db, "user_id": args.user, **counts}))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write everything of a user (conversations, turns, items, edges, blobs, versions)
+    as JSONL; `memstrata import FILE --format export` reads it back."""
+    with _open(args) as memory:
+        lines = memory.export(args.user, args.file)
+    print(json.dumps({"file": args.file, "user_id": args.user, "lines": lines}))
+    return 0
+
+
+def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None:
+    """Register the ``Memory`` verbs."""
+
+    def common(p: argparse.ArgumentParser, user_required: bool = True) -> None:
+        p.add_argument("--db", default=default_db, help=f"store file (default {default_db})")
+        p.add_argument("--user", required=user_required, help="the tenant")
+
+    p = sub.add_parser("add", help="add messages for a user (text, or JSONL on stdin)",
+                       description=cmd_add.__doc__)
+    p.add_argument("text", nargs="?", help="the message (omit to read JSONL from stdin)")
+    common(p)
+    p.add_argument("--speaker", default="user", help="who said TEXT (default 'user')")
+    p.add_argument("--conversation", help="conversation id (default 'default')")
+    p.add_argument("--session", help="session id (default: continue, or new after 2 h)")
+    p.add_argument("--timestamp", help="event time of messages without one (ISO 8601)")
+    p.add_argument("--lm", help="extract facts with this model (e.g. local/qwen2.5-coder-1.5b)")
+    p.add_argument("--flush", action="store_true",
+                   help="with --lm: extract now even if a chunk is not full")
+    p.set_defaults(func=cmd_add)
+
+    for name, func, what in (("get", cmd_get, "one turn or item by id"),
+                             ("history", cmd_history, "every version of a turn or item"),
+                             ("delete", cmd_delete, "delete one turn or item")):
+        p = sub.add_parser(name, help=what, description=func.__doc__)
+        p.add_argument("id")
+        common(p, user_required=False)
+        if name == "history":
+            p.add_argument("--full", action="store_true", help="each version's whole row")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("forget", help="forget a user completely", description=cmd_forget.__doc__)
+    common(p)
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("import", help="import conversations from a file",
+                       description=cmd_import.__doc__)
+    p.add_argument("file")
+    p.add_argument("--format", required=True, choices=(*FORMATS, "export"))
+    common(p)
+    p.add_argument("--lm", help="also extract facts with this model")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="write everything of a user as JSONL",
+                       description=cmd_export.__doc__)
+    p.add_argument("file")
+    common(p)
+    p.set_defaults(func=cmd_export)
