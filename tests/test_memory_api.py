@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import re
 import sqlite3
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -306,3 +307,44 @@ def test_readme_example_with_the_embedded_model(monkeypatch, tmp_path, capsys) -
     exec(compile(block[1], "README.md", "exec"), {})
     printed = capsys.readouterr().out
     assert "Lisbon" in printed and "Porto" in printed
+
+
+def _cli(*argv: str) -> int:
+    from memstrata.cli import main
+
+    try:
+        return main(list(argv))
+    except SystemExit as exc:  # as the interpreter would: a message goes to stderr, exit 1
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        return exc.code or 0
+
+
+def test_cli_import_forget_and_bad_input(tmp_path, capsys) -> None:
+    db = str(tmp_path / "m.db")
+    lme = tmp_path / "lme.json"
+    lme.write_text(json.dumps([{
+        "question_id": "q1", "question_type": "single-session-user",
+        "question": "Where do I swim?", "answer": "the lido",
+        "question_date": "2023/05/30 (Tue) 23:40", "haystack_session_ids": ["s_a"],
+        "haystack_dates": ["2023/05/20 (Sat) 10:00"], "answer_session_ids": ["s_a"],
+        "haystack_sessions": [[{"role": "user", "content": "I swim at the lido on Sundays",
+                                "has_answer": True},
+                               {"role": "assistant", "content": "Lovely!"}]]}]))
+    assert _cli("import", str(lme), "--format", "longmemeval", "--user", "u", "--db", db,
+                "--quiet") == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["turns"] == 2
+    m = Memory.open(db)
+    hit = m.search("where does the user swim", user_id="u")[0]
+    assert hit.conversation_id == "q1" and hit.event_time.year == 2023
+    m.close()
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"role": "user", "content": "fine"}, {"content": "no speaker"}]')
+    capsys.readouterr()
+    assert _cli("import", str(bad), "--format", "messages", "--user", "v", "--db", db) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bad) in err and "message 2" in err
+    assert Memory.open(db).store.counts("v")["turns"] == 0       # nothing half-written
+    assert _cli("forget", "--user", "u", "--db", db, "--yes") == 0
+    assert Memory.open(db).store.counts("u")["turns"] == 0
