@@ -57,26 +57,30 @@ def retry_busy(fn: Callable[[], T], *, budget_s: float = RETRY_FOR_S) -> T:
 class Rows:
     """A finished statement's rows (what ``execute`` returns): iterate or fetch them."""
 
-    __slots__ = ("_rows", "description", "lastrowid", "rowcount")
+    __slots__ = ("_at", "_rows", "description", "lastrowid", "rowcount")
 
     def __init__(self, cursor: sqlite3.Cursor) -> None:
         self._rows = cursor.fetchall()
+        self._at = 0
         self.description = cursor.description
         self.rowcount = cursor.rowcount
         self.lastrowid = cursor.lastrowid
 
     def fetchall(self) -> list[Any]:
         """Every row not yet fetched."""
-        rows, self._rows = self._rows, []
+        rows = self._rows[self._at:] if self._at else self._rows
+        self._rows, self._at = [], 0
         return rows
 
     def fetchone(self) -> Any:
         """The next row, or None."""
-        return self._rows.pop(0) if self._rows else None
+        if self._at >= len(self._rows):
+            return None
+        self._at += 1
+        return self._rows[self._at - 1]
 
     def __iter__(self) -> Iterator[Any]:
-        rows, self._rows = self._rows, []
-        return iter(rows)
+        return iter(self.fetchall())
 
 
 class LockedConnection:
