@@ -62,9 +62,10 @@ from .qa_scores import summarise
 SYSTEMS = ("memstrata", "naive_rag", "no_memory", "full_context")
 NO_MEMORIES = "(no memories)"
 LOCOMO_STYLE = AnswerStyle(date_style=LOCOMO_DATE_STYLE, abstain_answer=ABSTAIN_ANSWER,
-                           abstain_prompt=ABSTAIN_CUE)
+                           abstain_prompt=ABSTAIN_CUE, example_ids="D")
 """LoCoMo's answer-key conventions for ``QA`` and the packers: long dates ("8 May 2023"),
-the model taught to say "Not mentioned", answering "Not mentioned in the conversation."."""
+the model taught to say "Not mentioned", answering "Not mentioned in the conversation.",
+worked examples with ids shaped like LoCoMo's (``D3:7``)."""
 
 
 class QASettings(BaseModel):

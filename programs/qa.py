@@ -109,6 +109,9 @@ class AnswerStyle(BaseModel):
     abstain_prompt: str = ""
     """What the instructions and the worked example tell the model to answer when the
     memories do not answer the question; empty: ``abstain_answer`` without its full stop."""
+    example_ids: str = Field("s", pattern=r"^[A-Za-z]{1,3}$")
+    """The letters the worked examples' memory ids start with (``s3:7``): best the shape
+    of the ids the packed memories carry, so the examples look like the real input."""
 
     @property
     def abstain_cue(self) -> str:
@@ -126,7 +129,8 @@ class AnswerStyle(BaseModel):
 def answer_signature(style: AnswerStyle) -> type[dspy.Signature]:
     """``AnswerFromMemories`` with its instructions written in ``style``."""
     return AnswerFromMemories.with_instructions(_INSTRUCTIONS.format(
-        date=render_day(_EXAMPLE_DAY, style.date_style), abstain=style.abstain_cue).strip())
+        date=render_day(_EXAMPLE_DAY, style.date_style), abstain=style.abstain_cue).strip()
+    ).with_updated_fields("evidence", desc=f"memory ids, e.g. {style.example_ids}3:7")
 
 
 def tidy_answer(answer: str, known: set[str], date_style: DateStyle = DEFAULT_DATE_STYLE
@@ -208,20 +212,24 @@ def style_demos(style: AnswerStyle) -> list[dspy.Example]:
     """The worked examples, written in ``style``."""
 
     def lines(*rows: tuple[str, str, datetime, str]) -> str:
-        return "\n".join(render(MemoryLine(id=i, speaker=who, when=when, text=text),
+        return "\n".join(render(MemoryLine(id=ids(i), speaker=who, when=when, text=text),
                                 date_style=style.date_style) for i, who, when, text in rows)
+
+    def ids(i: str) -> str:
+        return style.example_ids + i[1:]
 
     march, june, may = datetime(2021, 3, 3), datetime(2022, 6, 9), datetime(2020, 5, 5)
     return [
         dspy.Example(
             memories=lines(("s2:4", "Ana", march, "We adopted a beagle named Rex yesterday."),
                            ("s2:5", "Tom", march, "I love dogs! I have two cats though.")),
-            question="What kind of dog did Ana adopt?", answer="a beagle", evidence=["s2:4"]),
+            question="What kind of dog did Ana adopt?", answer="a beagle", evidence=[ids("s2:4")]),
         dspy.Example(
             memories=lines(("s7:1", "Tom", june, "I ran my first marathon last week."),
                            ("s7:2", "Ana", june, "Congrats! How did it feel?")),
             question="When did Tom run his first marathon?",
-            answer=f"the week before {render_day(june, style.date_style)}", evidence=["s7:1"]),
+            answer=f"the week before {render_day(june, style.date_style)}",
+            evidence=[ids("s7:1")]),
         dspy.Example(
             memories=lines(("s4:2", "Ana", may, "My sister lives in Lyon."),
                            ("s4:3", "Tom", may, "Lyon is lovely in spring.")),

@@ -257,3 +257,21 @@ def test_the_bench_writes_locomo_style_and_the_library_iso(data, tmp_path, scrip
     # library answers its own phrase, whatever words the model abstained with
     assert hike.abstained is True and hike.answer == "I don't know"
     assert cat.abstained is True and cat.answer == "I don't know"
+
+
+def test_locomo_style_keeps_the_benchmark_prompt_as_it_was() -> None:
+    """The bench's worked examples and field descriptions are LoCoMo-shaped, as before the
+    conventions moved out of the core; the core's own are general."""
+    from memstrata.bench.qa import LOCOMO_STYLE
+    from memstrata.programs.qa import AnswerStyle, answer_signature, style_demos
+    from memstrata.programs.structured import CompactJSONAdapter
+
+    bench = style_demos(LOCOMO_STYLE)
+    assert bench[0].memories.startswith("[D2:4 · Ana · 3 March 2021] We adopted a beagle")
+    assert bench[1].evidence == ["D7:1"] and bench[2].answer == "Not mentioned"
+    system = CompactJSONAdapter().format_system_message(answer_signature(LOCOMO_STYLE))
+    assert 'a date like "7 May 2023"' in system and "e.g. D3:7" in system
+    core = style_demos(AnswerStyle())
+    assert core[0].memories.startswith("[s2:4 · Ana · 2021-03-03]")
+    assert "e.g. s3:7" in CompactJSONAdapter().format_system_message(
+        answer_signature(AnswerStyle()))
