@@ -13,7 +13,7 @@ A file is a JSON array of conversations (one object alone is read as a list of o
 ``bench.locomo``); :func:`read_locomo` gives the conversations as
 :class:`~memstrata.formats.records.ConversationRecord` objects for
 ``Memory.import_conversations``: one message per turn (``speaker``, ``content`` = its
-text, ``timestamp`` = the session date), ``source_ids`` the turns' ``dia_id`` s.
+text, ``timestamp`` = the session date, ``metadata["source_id"]`` = its ``dia_id``).
 :func:`turn_metadata` maps a turn's side data to the core's keys: LoCoMo's image caption
 ``blip_caption`` becomes ``caption``.
 
@@ -153,7 +153,7 @@ def read_locomo(path: str | Path) -> list[ConversationRecord]:
 
     Each turn becomes a message: ``speaker``, ``content`` (its text), ``timestamp`` (the
     session's date) and ``metadata`` (:func:`turn_metadata`, and ``source_id``, its
-    ``dia_id``); ``source_ids`` holds the ``dia_id`` s session by session.
+    ``dia_id``).
 
     Raises:
         LoCoMoError: the file is unreadable or a record is malformed (names the file and
@@ -183,8 +183,7 @@ def to_record(conv: LoCoMoConversation, path: str = "<locomo>") -> ConversationR
                                       messages=messages))
     return ConversationRecord(
         id=conv.sample_id, title=" & ".join(conv.speakers), speakers=conv.speakers,
-        sessions=sessions,
-        source_ids=[[t["dia_id"] for t in turns] for _, _, turns in conv.sessions])
+        sessions=sessions)
 
 
 def _parse_conversation(path: Path, n: int, record: Any) -> LoCoMoConversation:

@@ -156,7 +156,7 @@ def write_messages(records: Iterable[ConversationRecord], path: str | Path) -> P
     Each line is one message: ``conversation_id``, ``session_id``, ``speaker``,
     ``content``, ``timestamp`` (ISO 8601, omitted when unknown) and ``metadata`` (omitted
     when empty). Only what the format carries survives: titles, record/session metadata,
-    ``source_ids``, empty sessions and a ``started_at`` other than the first message's
+    empty sessions and a ``started_at`` other than the first message's
     time are dropped. The file is replaced.
 
     Returns:

@@ -12,6 +12,8 @@ The message shape is the one ``Memory.add`` takes (OpenAI chat messages work as 
 
 ``speaker`` names who said it; without one, ``name`` (OpenAI's optional field) or
 ``role`` stands in. ``timestamp`` is the event time (ISO 8601, or a Unix time in seconds).
+``metadata["source_id"]``, when given, is the message's id in its source (LoCoMo's
+``dia_id``): the stored turn keeps it as its ``turn_id``, what answers cite.
 """
 
 from __future__ import annotations
@@ -132,15 +134,10 @@ class SessionRecord(BaseModel):
 
 
 class ConversationRecord(BaseModel):
-    """A conversation as imported: its id, participants, sessions in order.
-
-    ``source_ids`` optionally keeps each message's id in the source (LoCoMo's dia_id),
-    one list per session, so benchmarks can map evidence back to the stored turns.
-    """
+    """A conversation as imported: its id, participants, sessions in order."""
 
     id: str = Field(min_length=1)
     title: str = ""
     speakers: list[str] = Field(default_factory=list)
     sessions: list[SessionRecord]
     metadata: dict[str, Any] = Field(default_factory=dict)
-    source_ids: list[list[str]] | None = None

@@ -177,7 +177,7 @@ class Store:
     """Most bytes of arrays (vectors) the cache keeps, across tenants."""
 
     def __init__(self, conn: sqlite3.Connection, path: str, *,
-                 embedder: Embedder | None = None) -> None:
+                 embedder: Embedder | Literal["default"] | None = None) -> None:
         self.path = path
         self._lock = threading.RLock()
         self.conn = LockedConnection(conn, self._lock)
@@ -228,11 +228,7 @@ class Store:
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute(f"PRAGMA cache_size = {-1024 * max(int(cache_mb), 1)}")
         retry_busy(lambda: migrate(conn))
-        store = cls(conn, path)
-        store._embedder_spec = embedder
-        return store
-
-    _embedder_spec: Embedder | Literal["default"] | None = None
+        return cls(conn, path, embedder=embedder)
 
     @property
     def embedder(self) -> Embedder | None:
@@ -369,6 +365,26 @@ class Store:
                 pk=("user_id", "id"),
             )
 
+    def conversation(self, user_id: str, conversation_id: str) -> Conversation | None:
+        """A conversation's header row, or None."""
+        rows = self._q("SELECT * FROM conversations WHERE user_id = ? AND id = ?",
+                       (user_id, conversation_id))
+        return None if not rows else Conversation(
+            id=rows[0]["id"], user_id=user_id, agent_id=rows[0]["agent_id"],
+            title=rows[0]["title"], speakers=json.loads(rows[0]["speakers"]),
+            metadata=json.loads(rows[0]["metadata"]))
+
+    def conversation_ids(self, user_id: str) -> list[str]:
+        """The ids of a tenant's conversations, sorted."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT id FROM conversations WHERE user_id = ? ORDER BY id", (user_id,))]
+
+    def session_ids(self, user_id: str, conversation_id: str) -> list[str]:
+        """The ids of a conversation's sessions, in session order."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT id FROM sessions WHERE user_id = ? AND conversation_id = ? ORDER BY idx",
+            (user_id, conversation_id))]
+
     def delete_conversation(self, user_id: str, conversation_id: str) -> int:
         """Delete a conversation's turns (with their index rows, vectors and edges), sessions
         and header. Items derived from it are kept. Returns the number of turns deleted."""
@@ -439,18 +455,18 @@ class Store:
             )
             self._index_turns(turns, set(ids))
             if vectors is not None and embedder is not None:
-                self._put_vectors(turns, ids, vectors, embedder.name)
+                self._put_vectors([t.user_id for t in turns], ids, vectors, embedder.name)
         return ids
 
-    def _put_vectors(self, nodes: Sequence[Turn | Item], ids: Sequence[str],
-                     vectors: np.ndarray, model: str) -> None:
-        """Write vectors of nodes that may belong to several tenants."""
+    def _put_vectors(self, users: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
+                     model: str) -> None:
+        """Write one vector per node (replacing old ones); ``users`` is each node's tenant."""
         vectors = np.asarray(vectors, dtype=np.float32)
         self.conn.executemany(
             "INSERT OR REPLACE INTO embeddings (node_id, model, user_id, dim, vector)"
             " VALUES (?,?,?,?,?)",
-            [(i, model, n.user_id, vectors.shape[1], v.tobytes())
-             for n, i, v in zip(nodes, ids, vectors, strict=True)])
+            [(i, model, u, vectors.shape[1], v.tobytes())
+             for u, i, v in zip(users, ids, vectors, strict=True)])
 
     def turns(
         self,
@@ -459,20 +475,28 @@ class Store:
         conversation_id: str | None = None,
         ids: Sequence[str] | None = None,
         limit: int | None = None,
+        after_seq: int | None = None,
+        newest: bool = False,
+        offset: int = 0,
     ) -> list[Turn]:
-        """A tenant's turns in conversation order, optionally by conversation or ids."""
+        """A tenant's turns in conversation order, optionally by conversation or ids, only
+        those after ``after_seq`` in their conversation; ``newest``: last recorded first."""
         # With ids, "+user_id" keeps the planner on the unique id index (see nodes()).
         tenant = "user_id" if ids is None else "+user_id"
         sql, args = f"SELECT * FROM turns WHERE {tenant} = ?", [user_id]
         if conversation_id is not None:
             sql += " AND conversation_id = ?"
             args.append(conversation_id)
+        if after_seq is not None:
+            sql += " AND seq > ?"
+            args.append(after_seq)
         if ids is not None:
             sql += f" AND id IN ({','.join('?' * len(ids))})"
             args += list(ids)
-        sql += " ORDER BY conversation_id, seq"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
+        sql += (" ORDER BY recorded_at DESC, rowid DESC" if newest
+                else " ORDER BY conversation_id, seq")
+        if limit is not None or offset:
+            sql += f" LIMIT {-1 if limit is None else int(limit)} OFFSET {int(offset)}"
         return [self._turn(r) for r in self._q(sql, args)]
 
     def _index_turns(self, turns: Sequence[Turn], new_ids: set[str]) -> None:
@@ -598,17 +622,15 @@ class Store:
         fresh: list[tuple[Item, str]] = []
         with self.transaction():
             for item in items:
-                before = self._writes_new
-                ids.append(self._add_one(item, now))
-                if self._writes_new != before:
-                    fresh.append((item, ids[-1]))
+                item_id, inserted = self._add_one(item, now)
+                ids.append(item_id)
+                if inserted:
+                    fresh.append((item, item_id))
             embedder = self.embedder
             if fresh and embedder is not None:
-                self._put_vectors([i for i, _ in fresh], [n for _, n in fresh],
+                self._put_vectors([i.user_id for i, _ in fresh], [n for _, n in fresh],
                                   embedder.encode([i.text for i, _ in fresh]), embedder.name)
         return ids
-
-    _writes_new = 0  # rows ``_add_one`` inserted (a merge into a duplicate inserts none)
 
     def duplicate_of(self, item: Item) -> str | None:
         """The id of the stored item ``add`` would merge ``item`` into, or None."""
@@ -617,7 +639,8 @@ class Store:
             (item.user_id, item.kind, content_hash(item))).fetchone()
         return None if row is None else row[0]
 
-    def _add_one(self, item: Item, now: datetime) -> str:
+    def _add_one(self, item: Item, now: datetime) -> tuple[str, bool]:
+        """Insert ``item`` or merge it into its exact duplicate: (id, whether inserted)."""
         digest = content_hash(item)
         existing = self.conn.execute(
             "SELECT id, tags, evidence, confidence FROM items"
@@ -632,7 +655,7 @@ class Store:
                 item.user_id, old_id, tags=merged_tags, evidence=merged_evidence,
                 confidence=max(confidence, item.confidence),
             )
-            return old_id
+            return old_id, False
         item_id = item.id or _new_id(ITEM_PREFIX)
         self.conn.execute(
             "INSERT INTO items (id, user_id, agent_id, kind, text, title, tags, confidence,"
@@ -649,8 +672,7 @@ class Store:
         )
         rowid = self.conn.execute("SELECT last_insert_rowid()").fetchone()[0]
         self._index_item(rowid, item)
-        self._writes_new += 1
-        return item_id
+        return item_id, True
 
     def _index_item(self, rowid: int, item: Item) -> None:
         body = textmod.index_text(" ".join([item.title, item.text, *item.tags]),
@@ -744,7 +766,7 @@ class Store:
                 self.conn.execute("DELETE FROM embeddings WHERE node_id = ?", (item_id,))
                 embedder = self.embedder
                 if embedder is not None:
-                    self._put_vectors([new], [item_id], embedder.encode([new.text]),
+                    self._put_vectors([user_id], [item_id], embedder.encode([new.text]),
                                       embedder.name)
         return new
 
@@ -773,6 +795,12 @@ class Store:
         row = self.conn.execute(f"SELECT user_id FROM {_TABLE[node_type(node_id)]} WHERE id = ?",
                                 (node_id,)).fetchone()
         return None if row is None else row[0]
+
+    def last_turn(self, user_id: str, conversation_id: str) -> Turn | None:
+        """The latest turn of a conversation (highest ``seq``), or None."""
+        rows = self._q("SELECT * FROM turns WHERE user_id = ? AND conversation_id = ?"
+                       " ORDER BY seq DESC LIMIT 1", (user_id, conversation_id))
+        return self._turn(rows[0]) if rows else None
 
     def turn(self, user_id: str, turn_id: str) -> Turn | None:
         """One turn of the tenant by its store id, or None."""
@@ -818,7 +846,7 @@ class Store:
     def _reembed(self, turns: list[Turn]) -> None:
         embedder = self.embedder
         if embedder is not None and turns:
-            self._put_vectors(turns, [t.id for t in turns],
+            self._put_vectors([t.user_id for t in turns], [t.id for t in turns],
                               embedder.encode(self.contextual_texts(turns)), embedder.name)
 
     def delete_turn(self, user_id: str, turn_id: str) -> bool:
@@ -837,15 +865,12 @@ class Store:
                               (user_id, turn_id, turn_id))
             versionsmod.forget(self, user_id, [turn_id])
             self.conn.execute("DELETE FROM turns WHERE rowid = ?", (rowid,))
-            before = self.conn.execute(
+            before = self._q(
                 "SELECT * FROM turns WHERE user_id = ? AND conversation_id = ? AND"
                 " session_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
-                (user_id, current.conversation_id, current.session_id, current.seq)).fetchall()
+                (user_id, current.conversation_id, current.session_id, current.seq))
             if before:  # refreshes the context of the turns on either side of the gap
-                cols = [c[0] for c in self.conn.raw.execute("SELECT * FROM turns LIMIT 0"
-                                                            ).description]
-                self._index_turns([self._turn(dict(zip(cols, before[0], strict=True)))],
-                                  set())
+                self._index_turns([self._turn(before[0])], set())
             self._reembed(self._next_turn(current))
         return True
 
@@ -961,14 +986,7 @@ class Store:
         if vectors.ndim != 2 or len(vectors) != len(node_ids):
             raise ValueError("vectors must be a 2-D array with one row per node id")
         with self.transaction():
-            self.conn.executemany(
-                "INSERT OR REPLACE INTO embeddings (node_id, model, user_id, dim, vector)"
-                " VALUES (?,?,?,?,?)",
-                [
-                    (n, model, user_id, vectors.shape[1], v.tobytes())
-                    for n, v in zip(node_ids, vectors, strict=True)
-                ],
-            )
+            self._put_vectors([user_id] * len(node_ids), node_ids, vectors, model)
 
     def vectors(self, user_id: str, model: str) -> tuple[list[str], np.ndarray]:
         """All of a tenant's vectors for ``model`` as (node ids, float32 matrix).

@@ -18,7 +18,6 @@ id that names its tenant; nothing reads across tenants.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -141,9 +140,8 @@ class Memory:
         if self.lm is None:
             return []
         with self._lock:
-            convs = [conversation_id] if conversation_id else [
-                r[0] for r in self.store.conn.execute(
-                    "SELECT id FROM conversations WHERE user_id = ? ORDER BY id", (user_id,))]
+            convs = ([conversation_id] if conversation_id
+                     else self.store.conversation_ids(user_id))
             return [e for c in convs for e in self._extract(user_id, c, full_only=False)]
 
     def _write(self, user_id: str, agent_id: str | None, conv: str, session_id: str | None,
@@ -152,41 +150,36 @@ class Memory:
         now = utcnow()
         store = self.store
         with store.transaction():  # the write lock up front: seq is read and used atomically
-            header = store.conn.execute(
-                "SELECT speakers, metadata FROM conversations WHERE user_id = ? AND id = ?",
-                (user_id, conv)).fetchone()
-            last = store.conn.execute(
-                "SELECT id, seq, session_id, event_time FROM turns WHERE user_id = ? AND"
-                " conversation_id = ? ORDER BY seq DESC LIMIT 1", (user_id, conv)).fetchone()
-            seq = last[1] + 1 if last else 0
+            header = store.conversation(user_id, conv)
+            last = store.last_turn(user_id, conv)
+            seq = last.seq + 1 if last else 0
             first_time = msgs[0].timestamp or when or now
+            sessions = store.session_ids(user_id, conv)
             if session_id is None:
-                session_id = _session_for(store, user_id, conv, last, first_time)
-            known = store.conn.execute(
-                "SELECT 1 FROM sessions WHERE user_id = ? AND conversation_id = ? AND id = ?",
-                (user_id, conv, session_id)).fetchone()
-            speakers = json.loads(header[0]) if header else []
+                session_id = _session_for(last, sessions, first_time)
+            speakers = header.speakers if header else []
             new_speakers = [m.speaker for m in msgs if m.speaker not in speakers]
             if header is None or new_speakers:
                 store.add_conversation(Conversation(
                     id=conv, user_id=user_id, agent_id=agent_id,
                     speakers=list(dict.fromkeys([*speakers, *new_speakers])),
-                    metadata=json.loads(header[1]) if header else {}))
-            if not known:
-                index = store.conn.execute(
-                    "SELECT count(*) FROM sessions WHERE user_id = ? AND conversation_id = ?",
-                    (user_id, conv)).fetchone()[0]
+                    metadata=header.metadata if header else {}))
+            if session_id not in sessions:
                 store.add_session(Session(id=session_id, user_id=user_id, conversation_id=conv,
-                                          index=index + 1, started_at=first_time))
-            turns = [Turn(user_id=user_id, agent_id=agent_id, conversation_id=conv,
-                          session_id=session_id, turn_id=f"t{seq + n}", seq=seq + n,
-                          speaker=m.speaker, text=m.content, event_time=m.timestamp or when
-                          or now, recorded_at=now, metadata={**metadata, **m.metadata})
-                     for n, m in enumerate(msgs)]
+                                          index=len(sessions) + 1, started_at=first_time))
+            turns = []
+            for n, m in enumerate(msgs):
+                extra = dict(m.metadata)
+                source_id = str(extra.pop("source_id", "") or f"t{seq + n}")
+                turns.append(Turn(
+                    user_id=user_id, agent_id=agent_id, conversation_id=conv,
+                    session_id=session_id, turn_id=source_id, seq=seq + n, speaker=m.speaker,
+                    text=m.content, event_time=m.timestamp or when or now, recorded_at=now,
+                    metadata={**metadata, **extra}))
             ids = store.add_turns(turns)
             for turn, tid in zip(turns, ids, strict=True):
                 turn.id = tid
-            chain = ([last[0]] if last and last[2] == session_id else []) + ids
+            chain = ([last.id] if last and last.session_id == session_id else []) + ids
             store.add_edges(Edge(user_id=user_id, src=a, dst=b, relation="follows")
                             for a, b in pairwise(chain))
         return turns
@@ -195,14 +188,11 @@ class Memory:
         from memstrata.programs.ingest import IngestSettings, ingest_turns
 
         settings = self._ingest or IngestSettings()
-        header = self.store.conn.execute(
-            "SELECT metadata FROM conversations WHERE user_id = ? AND id = ?",
-            (user_id, conv)).fetchone()
+        header = self.store.conversation(user_id, conv)
         if header is None:
             return []
-        meta = json.loads(header[0])
-        done = int(meta.get(EXTRACTED, -1))
-        pending = [t for t in self.store.turns(user_id, conversation_id=conv) if t.seq > done]
+        done = int(header.metadata.get(EXTRACTED, -1))
+        pending = self.store.turns(user_id, conversation_id=conv, after_seq=done)
         if not pending or (full_only and len(pending) < settings.chunking.max_turns):
             return []
         facts: list[Any] = []
@@ -212,11 +202,10 @@ class Memory:
             raise RuntimeError(f"extraction failed for {len(report.failed_chunks)} chunk(s) "
                                f"of {conv!r}: {report.failed_chunks[0]} (turns kept; "
                                f"retry with flush)")
-        meta[EXTRACTED] = pending[-1].seq
-        with self.store.transaction():
-            self.store.conn.execute(
-                "UPDATE conversations SET metadata = ? WHERE user_id = ? AND id = ?",
-                (json.dumps(meta), user_id, conv))
+        # Re-read: turns added meanwhile may have grown the speakers list.
+        header = self.store.conversation(user_id, conv) or header
+        header.metadata[EXTRACTED] = pending[-1].seq
+        self.store.add_conversation(header)
         return [{**e.model_dump(exclude_none=True), "kind": "fact"} for e in facts]
 
     def import_conversations(self, records: Iterable[ConversationRecord], *, user_id: str,
@@ -233,22 +222,15 @@ class Memory:
         with self._lock, self.store.transaction():
             for record in records:
                 self.store.delete_conversation(user_id, record.id)
-                for n, session in enumerate(record.sessions):
-                    sids = (record.source_ids or [])[n:n + 1]
+                for session in record.sessions:
                     turns = self._write(user_id, agent_id, record.id, session.id,
                                         session.messages, session.started_at, {})
-                    if sids:
-                        self._source_ids(turns, sids[0])
                     counts["turns"] += len(turns)
                     counts["sessions"] += 1
                 counts["conversations"] += 1
                 if progress is not None:
                     progress(sum(len(s.messages) for s in record.sessions))
         return counts
-
-    def _source_ids(self, turns: list[Turn], source_ids: list[str]) -> None:
-        self.store.conn.executemany("UPDATE turns SET turn_id = ? WHERE id = ?",
-                                    [(s, t.id) for t, s in zip(turns, source_ids, strict=False)])
 
     # -- reading -----------------------------------------------------------------------
 
@@ -290,12 +272,8 @@ class Memory:
         limit = max(0, min(int(limit), 10_000))
         with self._lock:
             if kind == "turn":
-                rows = self.store.conn.execute(
-                    "SELECT id FROM turns WHERE user_id = ? ORDER BY recorded_at DESC,"
-                    " rowid DESC LIMIT ? OFFSET ?", (user_id, limit, int(offset))).fetchall()
-                found = self.store.turns(user_id, ids=[r[0] for r in rows])
-                by_id = {t.id: t for t in found}
-                return [{"node": "turn", **by_id[r[0]].model_dump(mode="json")} for r in rows]
+                return [{"node": "turn", **t.model_dump(mode="json")} for t in
+                        self.store.turns(user_id, newest=True, limit=limit, offset=offset)]
             return [{"node": "item", **i.model_dump(mode="json")} for i in
                     self.store.items(user_id, kind=kind, limit=limit, offset=offset)]
 
@@ -431,16 +409,11 @@ class Memory:
         return owner
 
 
-def _session_for(store: Store, user_id: str, conv: str, last: Any, when: datetime) -> str:
-    """The last session of the conversation, or a new one after a gap of ``SESSION_GAP``."""
-    if last is not None:
-        previous = parse_time(last[3]) if last[3] else None
-        if previous is None or when - previous <= SESSION_GAP:
-            return last[2]
-    count = store.conn.execute(
-        "SELECT count(*) FROM sessions WHERE user_id = ? AND conversation_id = ?",
-        (user_id, conv)).fetchone()[0]
-    return f"s{count + 1}"
+def _session_for(last: Turn | None, sessions: list[str], when: datetime) -> str:
+    """The last turn's session, or a new one after a gap of ``SESSION_GAP``."""
+    if last is not None and (last.event_time is None or when - last.event_time <= SESSION_GAP):
+        return last.session_id
+    return f"s{len(sessions) + 1}"
 
 
 def _check_id(name: str, value: Any) -> None:

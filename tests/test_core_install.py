@@ -109,10 +109,6 @@ def test_core_imports_stores_searches_and_answers_without_extras(tmp_path: Path)
 
 
 def test_memory_facade_without_extras(tmp_path: Path) -> None:
-    try:
-        from memstrata import Memory  # noqa: F401  (being written beside this test)
-    except ImportError:
-        pytest.skip("memstrata.Memory does not exist yet")
     out = run_core(f"""
         import json
         from memstrata import Memory

@@ -51,7 +51,8 @@ def test_turns_become_messages_with_the_session_date_and_source_ids(tmp_path) ->
         ("Ana", "I adopted a beagle."), ("Ben", "Look at my garden!")]
     assert all(m.timestamp == first.started_at for m in first.messages)
     assert second.messages[0].timestamp == datetime(2023, 5, 9, 10, 4, tzinfo=UTC)
-    assert record.source_ids == [["D1:1", "D1:2"], ["D2:1"]]
+    assert [[m.metadata["source_id"] for m in s.messages] for s in record.sessions] == [
+        ["D1:1", "D1:2"], ["D2:1"]]
     assert first.messages[0].metadata == {"source_id": "D1:1"}
     # LoCoMo's blip_caption is the core's general "caption"; its other side data is kept
     assert first.messages[1].metadata == {

@@ -30,15 +30,6 @@ def test_embedded_model_answers_a_real_question_with_structured_output() -> None
     assert handle.count_tokens(MEMORIES) > 20
 
 
-def _installed(name: str) -> bool:
-    from memstrata.programs.models import MODELS, installed_path
-
-    return installed_path(MODELS[name]) is not None
-
-
-@pytest.mark.skipif(not _installed("qwen2.5-coder-1.5b"),
-                    reason="Qwen2.5-Coder-1.5B is not installed "
-                    "(memstrata models install qwen2.5-coder-1.5b)")
 def test_qwen_1_5b_answers_a_question_end_to_end() -> None:
     # The catalogue model through the whole path: found by name, checked in a child
     # process, loaded, its decoding constrained, the answer read from the right memory.
