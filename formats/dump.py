@@ -81,6 +81,13 @@ def _read(path: Path) -> tuple[str, dict[str, list[tuple[int, dict[str, Any]]]]]
             row = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ImportFormatError(str(path), f"line {n}", f"invalid JSON: {exc.msg}") from None
+        except RecursionError:  # json's parser recurses once per level of nesting
+            raise ImportFormatError(str(path), f"line {n}", "JSON nested too deeply") from None
+        try:  # "\ud800" is valid JSON but no text: SQLite and the embedder refuse it
+            json.dumps(row, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ImportFormatError(str(path), f"line {n}", "text is not valid Unicode "
+                                    "(a lone surrogate)") from None
         kind = row.get("type") if isinstance(row, dict) else None
         if kind == "header":
             if row.get("format") != FORMAT or row.get("version") != VERSION:
@@ -120,6 +127,17 @@ def import_tenant(store: Store, path: Path, user_id: str | None = None) -> dict[
                  for n, r in groups["edge"]]
     except ValidationError as exc:
         raise ImportFormatError(where, "a record", exc.errors()[0]["msg"]) from None
+    for n, blob in groups["blob"]:
+        if not (isinstance(blob.get("key"), str) and isinstance(blob.get("text"), str)
+                and isinstance(blob.get("metadata") or {}, dict)):
+            raise ImportFormatError(where, f"line {n}", "a blob needs a string key and text "
+                                    "(and an object as metadata)")
+    for n, v in groups["version"]:
+        if not (isinstance(v.get("node_id"), str) and isinstance(v.get("version"), int)
+                and isinstance(v.get("event"), str) and "snapshot" in v
+                and all(isinstance(v.get(k), str | None) for k in ("recorded_at", "valid_to"))):
+            raise ImportFormatError(where, f"line {n}", "a version needs node_id, version, "
+                                    "event, snapshot, recorded_at and valid_to")
     for n, node in [*turns, *items]:
         if store.owner(node.id) is not None:
             raise ImportFormatError(where, f"line {n}", f"id {node.id!r} already exists in "

@@ -138,7 +138,7 @@ def parse_locomo(path: str | Path) -> list[LoCoMoConversation]:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise LoCoMoError(str(path), "file", f"cannot read LoCoMo JSON: {exc}") from exc
     if isinstance(data, dict):
         data = [data]

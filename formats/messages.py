@@ -64,6 +64,8 @@ def load_json(path: str | Path, text: str, record: str | None = None) -> Any:
         where = record or f"line {exc.lineno}"
         raise ImportFormatError(str(path), where,
                                 f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:  # json's parser recurses once per level of nesting
+        raise ImportFormatError(str(path), record or "file", "JSON nested too deeply") from None
 
 
 def _entries(path: str | Path, text: str) -> list[tuple[str, Any]]:
@@ -75,12 +77,12 @@ def _entries(path: str | Path, text: str) -> list[tuple[str, Any]]:
     if not first.lstrip().startswith("["):
         try:
             doc = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             # Several documents (or a broken one): JSONL if the first line stands alone,
             # otherwise one broken document whose own error position is the useful one.
             try:
                 json.loads(first)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 load_json(path, text)
             return [(f"line {n}", load_json(path, line, f"line {n}"))
                     for n, line in enumerate(lines, 1) if line.strip()]

@@ -43,7 +43,10 @@ def parse_time(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         moment = value
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        moment = datetime.fromtimestamp(float(value), UTC)
+        try:
+            moment = datetime.fromtimestamp(float(value), UTC)
+        except (OverflowError, OSError, ValueError):  # NaN, or past year 9999 either way
+            raise ValueError(f"timestamp {value!r} is out of range for Unix seconds") from None
     elif isinstance(value, str):
         try:
             moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -51,7 +54,8 @@ def parse_time(value: Any) -> datetime | None:
             raise ValueError(f"timestamp {value!r} is not ISO 8601 (2024-05-01T09:30:00Z)"
                              ) from None
     else:
-        raise ValueError(f"timestamp {value!r} is not ISO 8601 text or Unix seconds")
+        raise ValueError(f"timestamp of type {type(value).__name__} is not ISO 8601 text or "
+                         "Unix seconds")
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 

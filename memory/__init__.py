@@ -10,6 +10,7 @@ from .embed import (
     StaticMiniLMEmbedder,
     default_embedder,
 )
+from .locking import StoreError
 from .models import (
     ITEM_KINDS,
     ConsolidatedItem,
@@ -40,6 +41,6 @@ __all__ = [
     "EntityItem", "EpisodicItem", "FactItem", "Filters", "Hit", "Item", "MiniLMEmbedder",
     "PersonaItem", "ProceduralItem", "ProspectiveItem", "QAPairItem", "QueryAnalysis",
     "Retriever", "SearchWeights", "SemanticItem", "SensoryItem", "Session",
-    "StaticMiniLMEmbedder", "Store", "StrategyItem", "Turn", "WorkingItem",
+    "StaticMiniLMEmbedder", "Store", "StoreError", "StrategyItem", "Turn", "WorkingItem",
     "analyse", "default_embedder",
 ]

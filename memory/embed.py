@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -61,14 +61,41 @@ class StaticMiniLMEmbedder:
         if not (Path(path) / "model.safetensors").exists():
             raise RuntimeError(f"static embedding model missing at {path}; reinstall memstrata")
         self._model = StaticModel.from_pretrained(str(path))
+        _skip_disabled_bars()
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Encode texts to unit vectors."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        out = np.asarray(self._model.encode(list(texts)), dtype=np.float32)
+        # Not model2vec's threaded path for big inputs: its progress bar comes from a
+        # module this fix does not reach (see _skip_disabled_bars), and it was no faster.
+        out = np.asarray(self._model.encode(list(texts), use_multiprocessing=False),
+                         dtype=np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
+
+
+def _skip_disabled_bars() -> None:
+    """Make model2vec skip tqdm when its progress bar is off (as memstrata calls it).
+
+    model2vec wraps every encode in a tqdm bar, shown or not, and creating one takes
+    tqdm's class lock: a multiprocessing lock, shared by every process forked after the
+    first encode (and it starts tqdm's monitor thread). A process killed inside an encode
+    (``kill -9``, the OOM killer, a server's worker timeout) leaves that lock held, and
+    every other process's next encode then waits forever: the crash bench's forked
+    writers hung so. A disabled bar prints nothing, so skipping it changes no output.
+    """
+    import model2vec.model as m2v
+
+    real = m2v.tqdm
+    if getattr(real, "memstrata_skips_disabled", False):
+        return
+
+    def tqdm(iterable: Any = None, *args: Any, disable: bool = False, **kwargs: Any) -> Any:
+        return iterable if disable else real(iterable, *args, disable=disable, **kwargs)
+
+    tqdm.memstrata_skips_disabled = True  # type: ignore[attr-defined]
+    m2v.tqdm = tqdm
 
 
 class MiniLMEmbedder:

@@ -5,8 +5,13 @@ has a ``user_id`` column (found in ``sqlite_master``, so a table added later is 
 without a change here), the FTS5 rows of its turns and items, and the steps of its runs.
 SQLite would otherwise keep deleted text on free pages and in FTS5's index segments until
 they are reused or merged: ``secure_delete`` zeroes freed pages, FTS5's ``optimize``
-rewrites the index without the deleted entries, and a WAL checkpoint moves the result
-into the main file. Nothing of any other tenant is read or changed.
+rewrites the index without the deleted entries, ``VACUUM`` rebuilds the file from the
+live rows (B-tree rebalancing leaves stale copies of moved cells in the unused gaps of
+pages still in use, which ``secure_delete`` does not clear: the crash bench found a
+forgotten tenant's turns there), and a WAL checkpoint moves the result into the main
+file. The deletion is atomic (one transaction); the scrub after it is not: a crash
+between the two leaves the tenant's rows gone but some of its bytes on disk until the
+next ``VACUUM``. Nothing of any other tenant is read or changed.
 """
 
 from __future__ import annotations
@@ -57,10 +62,11 @@ def forget_tenant(store: Store, user_id: str) -> dict[str, int]:
                 store.conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
     finally:
         store.conn.execute("PRAGMA secure_delete = OFF")
-    if store.path != ":memory:":
+    if store.path != ":memory:" and not store.conn.in_transaction:
         try:
+            store.conn.execute("VACUUM")
             store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except Exception as exc:  # a reader in another process keeps the WAL: data is gone
+        except Exception as exc:  # another process holds the file: the rows are gone
             if not is_busy(exc):
                 raise
     store.forget_cached(user_id)

@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -54,6 +55,81 @@ def retry_busy(fn: Callable[[], T], *, budget_s: float = RETRY_FOR_S) -> T:
         pause = min(pause * 2, 0.25)
 
 
+FAULTS: dict[int, str] = {
+    sqlite3.SQLITE_FULL: "the disk (or the file's size limit) is full",
+    sqlite3.SQLITE_READONLY: "the file or its folder is read-only",
+    sqlite3.SQLITE_CANTOPEN: "the file, or the -wal/-shm files beside it, cannot be opened "
+                             "(is its folder missing or read-only?)",
+    sqlite3.SQLITE_CORRUPT: "the file is corrupt",
+    sqlite3.SQLITE_NOTADB: "the file is not a SQLite store (or its header is corrupt)",
+    sqlite3.SQLITE_IOERR: "an I/O error (a full disk or a failing device)",
+    sqlite3.SQLITE_PERM: "access to the file was denied",
+    sqlite3.SQLITE_SCHEMA: "its schema is not the one memstrata wrote (damaged, or changed "
+                           "by another program)",
+}
+"""SQLite's primary result codes that mean the file itself failed, and what each says."""
+
+
+class StoreError(sqlite3.DatabaseError):
+    """The store's file could not be read or written: full disk, read-only file or folder,
+    corruption, or an I/O error. What the file held before (its last commit) is untouched
+    as far as SQLite can keep it; the failed statement or transaction was rolled back.
+
+    A ``sqlite3.DatabaseError``, so ``except sqlite3.Error`` still catches it. Its message
+    names the file, the fault and SQLite's own words; ``code`` is SQLite's primary result
+    code (``sqlite3.SQLITE_FULL``, ...). SQL mistakes and a locked file are not translated.
+    """
+
+    def __init__(self, path: str, code: int, detail: str) -> None:
+        self.path, self.code, self.detail = path, code, detail
+        where = f"store {path}" if path else "store"
+        super().__init__(f"{where}: {FAULTS.get(code, 'SQLite failed')} ({detail})")
+
+
+def store_error(exc: BaseException, path: str) -> StoreError | None:
+    """``exc`` as a :class:`StoreError` when it is a fault of the file, else None."""
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith("Could not decode"):
+        # Python's sqlite3 found a text value that is not UTF-8: its bytes were altered.
+        return StoreError(path, sqlite3.SQLITE_CORRUPT, " ".join(str(exc).split())[:200])
+    if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(
+            ("no such table", "no such column")):
+        # memstrata's SQL names only what its migrations made: the schema is not that.
+        return StoreError(path, sqlite3.SQLITE_SCHEMA, str(exc)[:200])
+    code = getattr(exc, "sqlite_errorcode", None)
+    if not isinstance(exc, sqlite3.Error) or code is None or code & 0xFF not in FAULTS:
+        return None
+    return StoreError(path, code & 0xFF, str(exc))
+
+
+@contextmanager
+def stored_value(what: str) -> Iterator[None]:
+    """Parse a value read from the file; one that does not parse (JSON, a time, a model's
+    fields) had its bytes altered on disk, past what SQLite checks: a :class:`StoreError`."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        detail = f"{what} is unreadable: {' '.join(str(exc).split())[:200]}"
+        raise StoreError("", sqlite3.SQLITE_CORRUPT, detail) from exc
+
+
+@contextmanager
+def file_faults(path: str) -> Iterator[None]:
+    """Re-raise a fault of the file at ``path`` as a :class:`StoreError`; others as they are."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        err = store_error(exc, path)
+        if err is None or err is exc:
+            raise
+        raise err from exc
+    except UnicodeDecodeError as exc:
+        # SQLite's own error message (quoting a damaged schema) is not UTF-8.
+        raise StoreError(path, sqlite3.SQLITE_CORRUPT, f"garbled text in the file: {exc}"
+                         ) from exc
+
+
 class Rows:
     """A finished statement's rows (what ``execute`` returns): iterate or fetch them."""
 
@@ -89,18 +165,20 @@ class LockedConnection:
     Only ``execute`` and ``executemany`` are wrapped; everything else is the connection's.
     """
 
-    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock, path: str = "") -> None:
         self.raw = conn
         self.lock = lock
+        self.path = path
 
     def execute(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> Rows:
-        """Run one statement and read its rows, holding the lock throughout."""
-        with self.lock:
+        """Run one statement and read its rows, holding the lock throughout. A fault of
+        the file (full, read-only, corrupt) raises :class:`StoreError`."""
+        with self.lock, file_faults(self.path):
             return Rows(self.raw.execute(sql, args))
 
     def executemany(self, sql: str, rows: Any) -> Rows:
         """Run one statement for each row of parameters, holding the lock throughout."""
-        with self.lock:
+        with self.lock, file_faults(self.path):
             return Rows(self.raw.executemany(sql, rows))
 
     def __getattr__(self, name: str) -> Any:

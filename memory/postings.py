@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .locking import StoreError
+
 K1 = 1.2  # FTS5's bm25 constants
 B = 0.75
 _AVERAGES_ROWID = 1  # FTS5_AVERAGES_ROWID: the %_data row holding N and the column totals
@@ -254,6 +256,10 @@ def bm25_scores(lengths: RowLengths, lists: Sequence[tuple[np.ndarray, np.ndarra
     if not kept:
         return None
     rows, inverse = np.unique(np.concatenate([r for r, _ in kept]), return_inverse=True)
+    if rows[-1] >= len(lengths.lengths) or rows[0] < 0:
+        # Only a damaged index names a row its table never had.
+        raise StoreError("", sqlite3.SQLITE_CORRUPT, f"the search index names row {rows[-1]} "
+                         f"of {len(lengths.lengths) - 1}")
     parts = np.concatenate([_part(lengths, r, f, len(r)) for r, f in kept])
     # bincount adds each row's terms in query order, as FTS5 sums its phrases.
     return Scored(rows, np.bincount(inverse, weights=parts))

@@ -36,6 +36,7 @@ from rapidfuzz import fuzz, process
 from . import text as textmod
 from .embed import Embedder
 from .expand import TermExpander, vocabulary_words
+from .locking import stored_value
 from .models import Hit, with_caption
 from .query import QueryAnalysis, analyse
 from .store import Facets, Filters, Ref, Store, node_type
@@ -419,10 +420,12 @@ def _top_cosine(
 
 
 def _hit(node_id: str, score: float, row: dict[str, Any]) -> Hit:
-    text = with_caption(row["text"], json.loads(row.get("metadata") or "{}"))
-    return Hit(
-        id=node_id, node=node_type(node_id), kind=row["kind"], text=text, score=score,  # type: ignore[arg-type]
-        speaker=row.get("speaker"), conversation_id=row.get("conversation_id"),
-        turn_id=row.get("turn_id"),
-        event_time=datetime.fromisoformat(row["event_time"]) if row.get("event_time") else None,
-    )
+    with stored_value(node_id):
+        text = with_caption(row["text"], json.loads(row.get("metadata") or "{}"))
+        return Hit(
+            id=node_id, node=node_type(node_id), kind=row["kind"], text=text, score=score,  # type: ignore[arg-type]
+            speaker=row.get("speaker"), conversation_id=row.get("conversation_id"),
+            turn_id=row.get("turn_id"),
+            event_time=(datetime.fromisoformat(row["event_time"]) if row.get("event_time")
+                        else None),
+        )

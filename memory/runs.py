@@ -3,11 +3,20 @@
 The trajectories package decides what a run records; this module only stores it. Every
 run carries its tenant; steps belong to a run and leave with it. JSON-valued fields are
 stored as text.
+
+What is written here is redacted here (:func:`redact`), whoever the caller: run records,
+their steps and the event log are records of what happened, and a key or token never
+belongs in them (``trajectories.redact`` states the whole promise). The rules live in
+this module, not in ``trajectories``, because ``memory`` imports nothing of the project
+and the event log is written from ``memory`` (the bank), ``tools`` (``event_log``) and
+``programs`` (the reconciler) alike.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,6 +28,85 @@ if TYPE_CHECKING:
     from .store import Store
 
 RunStatus = Literal["running", "ok", "error"]
+
+# -- secrets -------------------------------------------------------------------------------
+
+MASK = "[REDACTED]"
+SECRET_KEY = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization|"
+                        r"credential|private[_-]?key|access[_-]?key)", re.I)
+SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.I)
+PATTERNS = [
+    re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"\bBearer\s+[A-Za-z0-9._\-+/=]{12,}", re.I),
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}\b"),
+    re.compile(r"\bxox[abpr]-[A-Za-z0-9\-]{10,}\b"),
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}\b"),
+    re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"),
+    re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password in a URL
+]
+# Counts, flags and budgets named like secrets ("max_tokens") are not secrets.
+_NOT_SECRET = re.compile(r"(max_|_count$|^n_|tokens$|tokenizer)", re.I)
+# A secret-named key inside text: ``"api_key": "..."``, ``'password': '...'``,
+# ``token=...``, and the same with escaped quotes (JSON inside a JSON string); the value
+# is what follows the separator, up to a quote, a space or a delimiter.
+_KEYED = re.compile(  # a key name starts where a name starts and runs at most 100 chars
+    # either side of the keyword: unbounded, a long run of letters cost O(n^2) (hostile input)
+    r"""(?P<key>(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]{0,100}?"""
+    r"""(?:api[_-]?key|secret|token|password|passwd|authorization|"""
+    r"""credential|private[_-]?key|access[_-]?key)[A-Za-z0-9_\-]{0,100})"""
+    r"""(?P<sep>\\?["']?\s*[:=]\s*\\?["']?)(?P<value>[^\s"'\\,;:}\])]+)""", re.I)
+_MAX_DEPTH = 64
+
+
+def env_secrets() -> list[str]:
+    """Values (8+ chars) of environment variables whose names say they hold a secret,
+    longest first (so a value that contains another is masked whole)."""
+    return sorted((v for k, v in os.environ.items() if SECRET_ENV.search(k) and len(v) >= 8),
+                  key=len, reverse=True)
+
+
+def _keyed(m: re.Match[str]) -> str:
+    if _NOT_SECRET.search(m["key"]) or m["value"] == MASK:
+        return m[0]
+    return f"{m['key']}{m['sep']}{MASK}"
+
+
+def redact_text(text: str, env: list[str] | None = None) -> str:
+    """``text`` with every secret-env value, credential-shaped substring and value under
+    a secret-named key masked."""
+    for value in env_secrets() if env is None else env:
+        if value in text:
+            text = text.replace(value, MASK)
+    for pattern in PATTERNS:
+        text = pattern.sub(MASK, text)
+    return _KEYED.sub(_keyed, text)
+
+
+def redact(obj: Any, env: list[str] | None = None, _depth: int = 0) -> Any:
+    """A copy of a JSON-like value with secrets masked: strings by :func:`redact_text`;
+    under a secret-named key (``api_key``, ``Authorization``...) the whole value,
+    whatever its type (a list of keys, a numeric PIN); dict keys too. A structure nested
+    deeper than 64 levels is masked below that, rather than recursed into."""
+    secrets = env_secrets() if env is None else env
+    if isinstance(obj, str):
+        return redact_text(obj, secrets)
+    if _depth >= _MAX_DEPTH and isinstance(obj, dict | list | tuple):
+        return MASK
+    if isinstance(obj, dict):
+        out: dict[Any, Any] = {}
+        for key, value in obj.items():
+            name = str(key)
+            clean = redact_text(key, secrets) if isinstance(key, str) else key
+            if (SECRET_KEY.search(name) and not _NOT_SECRET.search(name)
+                    and value not in (None, "", [], {}) and not isinstance(value, bool)):
+                out[clean] = MASK
+            else:
+                out[clean] = redact(value, secrets, _depth + 1)
+        return out
+    if isinstance(obj, list | tuple):
+        return [redact(v, secrets, _depth + 1) for v in obj]
+    return obj
 
 
 class RunRecord(BaseModel):
@@ -73,6 +161,15 @@ class PruneReport(BaseModel):
 
 
 _JSON_RUN_FIELDS = ("config", "layers", "db_state", "output", "verdict", "usage", "leakage")
+# What a run or step says (redacted on write); ids, tenants and times are left alone.
+_RUN_CONTENT = ("task", "config", "layers", "output", "verdict", "usage", "leakage", "error")
+_STEP_CONTENT = ("kind", "name", "input", "output", "data")
+
+
+def _redacted(row: dict[str, Any], fields: tuple[str, ...], env: list[str] | None = None
+              ) -> dict[str, Any]:
+    env = env_secrets() if env is None else env
+    return {k: redact(v, env) if k in fields else v for k, v in row.items()}
 
 
 def _run(row: dict[str, Any]) -> RunRecord:
@@ -92,8 +189,8 @@ class Runs:
         self.store = store
 
     def start(self, run: RunRecord) -> None:
-        """Insert a new run row."""
-        row = run.model_dump(mode="json")
+        """Insert a new run row (redacted)."""
+        row = _redacted(run.model_dump(mode="json"), _RUN_CONTENT)
         for name in _JSON_RUN_FIELDS:
             row[name] = json.dumps(row[name])
         cols = ", ".join(row)
@@ -103,8 +200,8 @@ class Runs:
                 list(row.values()))
 
     def finish(self, run: RunRecord) -> None:
-        """Write a run's outcome (output, verdict, usage, leakage, status, times)."""
-        data = run.model_dump(mode="json")
+        """Write a run's outcome (output, verdict, usage, leakage, status, times), redacted."""
+        data = _redacted(run.model_dump(mode="json"), _RUN_CONTENT)
         names = ("output", "verdict", "usage", "leakage", "status", "error", "finished_at",
                  "wall_s", "config", "layers")
         values = [json.dumps(data[n]) if n in _JSON_RUN_FIELDS else data[n] for n in names]
@@ -119,16 +216,17 @@ class Runs:
         with self.store.transaction():
             cur = self.store.conn.execute(
                 "UPDATE runs SET verdict = ? WHERE id = ? AND user_id = ?",
-                (json.dumps(verdict), run_id, user_id))
+                (json.dumps(redact(verdict)), run_id, user_id))
         return cur.rowcount > 0
 
     def add_steps(self, run_id: str, steps: list[StepRecord]) -> None:
-        """Append steps to a run (their ``idx`` must be new for that run)."""
+        """Append steps to a run (their ``idx`` must be new for that run), redacted."""
         if not steps:
             return
         rows = []
+        env = env_secrets()
         for step in steps:
-            row = step.model_dump(mode="json")
+            row = _redacted(step.model_dump(mode="json"), _STEP_CONTENT, env)
             row["run_id"] = run_id
             row["data"] = json.dumps(row["data"])
             row["at"] = row["at"] or utcnow().isoformat()
@@ -162,12 +260,12 @@ class Runs:
 
     def log_event(self, user_id: str, payload: Any, *, agent_id: str | None = None,
                   run_id: str | None = None) -> int:
-        """Append one event (any JSON value) for a tenant; returns its id."""
+        """Append one event (any JSON value, redacted) for a tenant; returns its id."""
         with self.store.transaction():
             cur = self.store.conn.execute(
                 "INSERT INTO events (user_id, agent_id, run_id, payload, recorded_at)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (user_id, agent_id, run_id, json.dumps(payload), utcnow().isoformat()))
+                (user_id, agent_id, run_id, json.dumps(redact(payload)), utcnow().isoformat()))
         return int(cur.lastrowid or 0)
 
     def events(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:

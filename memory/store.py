@@ -33,7 +33,7 @@ from . import versions as versionsmod
 from .blobs import Blobs
 from .embed import Embedder, default_embedder
 from .forget import forget_tenant
-from .locking import BUSY_TIMEOUT_MS, LockedConnection, retry_busy
+from .locking import BUSY_TIMEOUT_MS, LockedConnection, file_faults, retry_busy, stored_value
 from .models import (
     ITEM_ADAPTER,
     Conversation,
@@ -180,7 +180,7 @@ class Store:
                  embedder: Embedder | Literal["default"] | None = None) -> None:
         self.path = path
         self._lock = threading.RLock()
-        self.conn = LockedConnection(conn, self._lock)
+        self.conn = LockedConnection(conn, self._lock, path)
         self.db = sqlite_utils.Database(conn)
         self.embedder = embedder
         self._depth = 0
@@ -214,20 +214,29 @@ class Store:
 
         ``embedder`` embeds every write (``"default"``: the shipped static model, loaded
         on the first write; ``None``: no vectors are stored).
+
+        Raises:
+            StoreError: the file cannot be opened, read or brought up to date (a corrupt
+                or foreign file, a read-only folder, a full disk); nothing is left open.
         """
         path = str(path)
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        if path != ":memory:":
-            # A new file's first opener switches it to WAL; others opening it at that
-            # moment see it locked for an instant.
-            retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute(f"PRAGMA cache_size = {-1024 * max(int(cache_mb), 1)}")
-        retry_busy(lambda: migrate(conn))
+        with file_faults(path):
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                conn.execute("PRAGMA foreign_keys = ON")
+                if path != ":memory:":
+                    # A new file's first opener switches it to WAL; others opening it at
+                    # that moment see it locked for an instant.
+                    retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+                    conn.execute("PRAGMA synchronous = NORMAL")
+                    conn.execute(f"PRAGMA cache_size = {-1024 * max(int(cache_mb), 1)}")
+                retry_busy(lambda: migrate(conn))
+            except BaseException:
+                conn.close()
+                raise
         return cls(conn, path, embedder=embedder)
 
     @property
@@ -295,18 +304,30 @@ class Store:
             self._depth += 1
             try:
                 yield self
-            except BaseException:
+            except BaseException as exc:
                 self._depth -= 1
-                if self._depth == 0:
-                    self.conn.execute("ROLLBACK")
-                else:
-                    self.conn.execute(f"ROLLBACK TO {name}")
-                    self.conn.execute(f"RELEASE {name}")
+                # A full disk or an I/O error makes SQLite roll the whole transaction
+                # back by itself: a ROLLBACK then fails and would hide the real error.
+                if self.conn.in_transaction:
+                    if self._depth == 0:
+                        self.conn.execute("ROLLBACK")
+                    else:
+                        self.conn.execute(f"ROLLBACK TO {name}")
+                        self.conn.execute(f"RELEASE {name}")
                 self._writes += 1
-                raise
+                with file_faults(self.path):  # writes through sqlite_utils end here raw
+                    raise exc
             self._depth -= 1
-            self.conn.execute("COMMIT" if self._depth == 0 else f"RELEASE {name}")
-            self._writes += 1
+            try:
+                self.conn.execute("COMMIT" if self._depth == 0 else f"RELEASE {name}")
+            except BaseException:
+                # A failed COMMIT (full disk) may leave the transaction open: end it, so
+                # the next one can begin.
+                if self._depth == 0 and self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._writes += 1
 
     def _cached(self, key: tuple[Any, ...], compute: Any) -> Any:
         """``compute()``, memoised until this process writes or another one commits.
@@ -575,13 +596,14 @@ class Store:
 
     @staticmethod
     def _turn(r: dict[str, Any]) -> Turn:
-        return Turn(
-            id=r["id"], user_id=r["user_id"], agent_id=r["agent_id"],
-            conversation_id=r["conversation_id"], session_id=r["session_id"],
-            turn_id=r["turn_id"], seq=r["seq"], speaker=r["speaker"], text=r["text"],
-            event_time=_dt(r["event_time"]), recorded_at=_dt(r["recorded_at"]),
-            metadata=json.loads(r["metadata"]),
-        )
+        with stored_value(f"turn {r['id']}"):
+            return Turn(
+                id=r["id"], user_id=r["user_id"], agent_id=r["agent_id"],
+                conversation_id=r["conversation_id"], session_id=r["session_id"],
+                turn_id=r["turn_id"], seq=r["seq"], speaker=r["speaker"], text=r["text"],
+                event_time=_dt(r["event_time"]), recorded_at=_dt(r["recorded_at"]),
+                metadata=json.loads(r["metadata"]),
+            )
 
     def speakers(self, user_id: str) -> list[str]:
         """Every speaker and subject person the tenant's memory knows by name (cached)."""
@@ -706,10 +728,11 @@ class Store:
 
     @staticmethod
     def _item(r: dict[str, Any]) -> Item:
-        fields = {k: r[k] for k in Item.BASE_FIELDS if k in r}
-        fields["tags"] = json.loads(r["tags"])
-        fields["evidence"] = json.loads(r["evidence"])
-        return ITEM_ADAPTER.validate_python({**fields, **json.loads(r["data"])})
+        with stored_value(f"item {r.get('id')}"):
+            fields = {k: r[k] for k in Item.BASE_FIELDS if k in r}
+            fields["tags"] = json.loads(r["tags"])
+            fields["evidence"] = json.loads(r["evidence"])
+            return ITEM_ADAPTER.validate_python({**fields, **json.loads(r["data"])})
 
     def items(
         self, user_id: str, *, kind: str | None = None, limit: int = 100, offset: int = 0
@@ -730,19 +753,23 @@ class Store:
             ValueError: the change would make it a copy of another stored item (same
                 kind and content: ``add`` would have merged them); nothing is written.
         """
-        current = self.get(user_id, item_id)
-        if current is None:
-            raise KeyError(f"no item {item_id!r} for user {user_id!r}")
         if {"id", "user_id", "kind"} & changes.keys():
             raise ValueError("id, user_id and kind cannot be updated")
-        new = ITEM_ADAPTER.validate_python(
-            {**current.model_dump(), **changes, "updated_at": utcnow()}
-        )
-        twin = self.duplicate_of(new)
-        if twin is not None and twin != item_id:
-            raise ValueError(f"updating {item_id!r} would duplicate item {twin!r} (same kind"
-                             " and content); delete one of them or change it differently")
         with self.transaction():
+            # Read under the write lock: from a read taken before another process's
+            # update, this one would undo that update's other fields and drop it from the
+            # history.
+            current = self.get(user_id, item_id)
+            if current is None:
+                raise KeyError(f"no item {item_id!r} for user {user_id!r}")
+            new = ITEM_ADAPTER.validate_python(
+                {**current.model_dump(), **changes, "updated_at": utcnow()}
+            )
+            twin = self.duplicate_of(new)
+            if twin is not None and twin != item_id:
+                raise ValueError(f"updating {item_id!r} would duplicate item {twin!r} (same"
+                                 " kind and content); delete one of them or change it"
+                                 " differently")
             rowid, updated_at = self.conn.execute(
                 "SELECT rowid, updated_at FROM items WHERE user_id = ? AND id = ?",
                 (user_id, item_id)).fetchone()
@@ -813,14 +840,16 @@ class Store:
         The turn is re-indexed and re-embedded, and so is the context its neighbours
         carry. Raises ``KeyError`` when the tenant has no such turn.
         """
-        current = self.turn(user_id, turn_id)
-        if current is None:
-            raise KeyError(f"no turn {turn_id!r} for user {user_id!r}")
-        if not text.strip():
-            raise ValueError("a turn's text cannot be empty")
         now = utcnow()
-        new = current.model_copy(update={"text": text})
         with self.transaction():
+            # Read under the write lock: a version kept from a read taken before another
+            # process's update would drop that update from the history.
+            current = self.turn(user_id, turn_id)
+            if current is None:
+                raise KeyError(f"no turn {turn_id!r} for user {user_id!r}")
+            if not text.strip():
+                raise ValueError("a turn's text cannot be empty")
+            new = current.model_copy(update={"text": text})
             rowid, recorded, updated = self.conn.execute(
                 "SELECT rowid, recorded_at, updated_at FROM turns WHERE id = ?",
                 (turn_id,)).fetchone()
@@ -852,10 +881,12 @@ class Store:
     def delete_turn(self, user_id: str, turn_id: str) -> bool:
         """Delete one turn with its index row, vectors, edges and versions; its
         neighbours' context is rebuilt without it. True if it existed."""
-        current = self.turn(user_id, turn_id)
-        if current is None:
-            return False
         with self.transaction():
+            # Read under the write lock: another process may delete or change the turn
+            # between a read outside the transaction and the writes.
+            current = self.turn(user_id, turn_id)
+            if current is None:
+                return False
             rowid = self.conn.execute("SELECT rowid FROM turns WHERE id = ?",
                                       (turn_id,)).fetchone()[0]
             self.conn.execute("DELETE FROM turns_fts WHERE rowid = ?", (rowid,))
@@ -869,8 +900,12 @@ class Store:
                 "SELECT * FROM turns WHERE user_id = ? AND conversation_id = ? AND"
                 " session_id = ? AND seq < ? ORDER BY seq DESC LIMIT 1",
                 (user_id, current.conversation_id, current.session_id, current.seq))
-            if before:  # refreshes the context of the turns on either side of the gap
-                self._index_turns([self._turn(before[0])], set())
+            # Refresh the context of the turns on either side of the gap, through the turn
+            # before it or, when the session's first turn went, the turn after it (whose
+            # context would otherwise keep the deleted text searchable).
+            beside = [self._turn(before[0])] if before else self._next_turn(current)
+            if beside:
+                self._index_turns(beside, set())
             self._reembed(self._next_turn(current))
         return True
 
@@ -1023,8 +1058,9 @@ class Store:
         ).fetchall()
         if not rows:
             return [], np.zeros((0, 0), dtype=np.float32)
-        matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32)
-        return [r[0] for r in rows], matrix.reshape(len(rows), rows[0][1])
+        with stored_value("a stored vector"):  # a blob cut short on disk
+            matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32)
+            return [r[0] for r in rows], matrix.reshape(len(rows), rows[0][1])
 
     # -- retrieval primitives (used by retrieval.py) ------------------------------------------
 
@@ -1042,16 +1078,29 @@ class Store:
         A search reads dozens of cached values (document frequencies, row counts, row
         lengths), each behind a ``PRAGMA data_version``: ~0.15 ms a query at 100k items.
         This process's own writes still invalidate the caches at once.
+
+        Every statement inside reads one snapshot of the file (one read transaction, unless
+        a transaction is already open): a search's statements otherwise each saw the latest
+        commit, so another process's turns appended mid-search were named by the postings
+        but missing from the row lengths synced a moment before (seen by the concurrency
+        bench as a search failing with "the search index names row N").
         """
         with self._lock:  # the pinned version and the rows seen belong to one search
             outer, seen = self._pinned, self._seen
+            snapshot = outer is None and not self.conn.in_transaction
             if outer is None:
+                if snapshot:
+                    self.conn.execute("BEGIN")
+                    # The first read starts the snapshot; data_version is then that of it.
+                    self.conn.execute("SELECT 1 FROM schema_migrations LIMIT 1")
                 self._pinned = self.conn.execute("PRAGMA data_version").fetchone()[0]
                 self._seen = {}
             try:
                 yield self
             finally:
                 self._pinned, self._seen = outer, seen
+                if snapshot and self.conn.in_transaction:
+                    self.conn.execute("COMMIT")  # reads only: ends the snapshot
 
     def texts_since(self, user_id: str, turn_rowid: int = 0, item_rowid: int = 0, *,
                     limit: int | None = None) -> tuple[list[str], int, int]:

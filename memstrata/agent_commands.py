@@ -221,6 +221,10 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+SQL_MAX = 2**62
+"""A count larger than this is as good as unbounded (SQLite's integers stop at 2**63)."""
+
+
 def _prune_runs(store: Any, args: argparse.Namespace) -> dict[str, Any]:
     from memstrata.memory.models import as_utc, utcnow
 
@@ -230,13 +234,18 @@ def _prune_runs(store: Any, args: argparse.Namespace) -> dict[str, Any]:
     if args.before is not None:
         cutoffs.append(as_utc(args.before))
     if args.older_than is not None:
-        cutoffs.append(utcnow() - timedelta(days=args.older_than))
+        try:
+            cutoffs.append(utcnow() - timedelta(days=args.older_than))
+        except (OverflowError, ValueError):  # inf, nan, or before the year 1
+            raise SystemExit(f"memstrata: --older-than {args.older_than} is not a usable "
+                             "number of days") from None
     if not cutoffs and args.keep is None:
         raise SystemExit("memstrata: runs prune needs a rule: --before DATE, "
                          "--older-than DAYS and/or --keep N")
     # Both cutoffs given: a run must be older than both, i.e. than the earlier one.
     before = min(cutoffs) if cutoffs else None
-    report = store.runs.prune(args.user, before=before, keep=args.keep,
+    keep = None if args.keep is None else min(args.keep, SQL_MAX)
+    report = store.runs.prune(args.user, before=before, keep=keep,
                               keep_evidence=not args.drop_evidence, dry_run=args.dry_run)
     doc = report.model_dump()
     if args.vacuum and not args.dry_run:
@@ -253,6 +262,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     if not Path(args.db).exists():
         raise SystemExit(f"memstrata: no store at {args.db}")
+    args.limit = max(min(args.limit, SQL_MAX), 0)  # -n 10**30 must not overflow SQLite
     with Store.open(args.db) as store:
         if args.action == "prune":
             print(json.dumps(_prune_runs(store, args)))

@@ -18,6 +18,7 @@ id that names its tenant; nothing reads across tenants.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -121,6 +122,9 @@ class Memory:
         """
         _check_id("user_id", user_id)
         msgs = to_messages(messages)
+        _check_json("metadata", [metadata, [m.metadata for m in msgs]])
+        if not msgs:
+            return []
         when = parse_time(timestamp) if timestamp is not None else None
         conv = conversation_id or DEFAULT_CONVERSATION
         _check_id("conversation_id", conv)
@@ -149,6 +153,8 @@ class Memory:
                ) -> list[Turn]:
         now = utcnow()
         store = self.store
+        for m in msgs:
+            _check_text("a message", m.speaker + m.content)
         with store.transaction():  # the write lock up front: seq is read and used atomically
             header = store.conversation(user_id, conv)
             last = store.last_turn(user_id, conv)
@@ -242,10 +248,20 @@ class Memory:
         ``end`` (a :class:`Filters` or a dict of those). Each hit has ``id``, ``text``,
         ``score``, ``kind``, ``speaker``, ``conversation_id``, ``event_time`` and the
         score each channel gave it.
+
+        Raises:
+            ValueError: a bad ``user_id``, a query that is not valid Unicode text, or an
+                unknown or mistyped filter.
+            TypeError: ``query`` is not a string, ``filters`` neither Filters nor a dict.
         """
         _check_id("user_id", user_id)
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a string, not {type(query).__name__}")
+        _check_text("query", query)
         if isinstance(filters, dict):
-            filters = Filters(**filters)
+            filters = _filters(filters)
+        elif filters is not None and not isinstance(filters, Filters):
+            raise TypeError(f"filters must be a Filters or a dict, not {type(filters).__name__}")
         k = max(0, min(int(k), 1000))
         with self._lock:
             return self.retriever.search(user_id, query, k=k, filters=filters)
@@ -270,6 +286,7 @@ class Memory:
         when None), or its turns when ``kind="turn"``."""
         _check_id("user_id", user_id)
         limit = max(0, min(int(limit), 10_000))
+        offset = max(0, min(int(offset), 2**62))  # SQLite's integers stop at 2**63
         with self._lock:
             if kind == "turn":
                 return [{"node": "turn", **t.model_dump(mode="json")} for t in
@@ -297,6 +314,7 @@ class Memory:
         """
         if not isinstance(text, str) or not text.strip():
             raise ValueError("the new text is empty")
+        _check_text("the new text", text)
         with self._lock:
             owner = self._owner(id, user_id)
             if owner is None:
@@ -419,6 +437,48 @@ def _session_for(last: Turn | None, sessions: list[str], when: datetime) -> str:
 def _check_id(name: str, value: Any) -> None:
     if not isinstance(value, str) or not value.strip() or len(value) > 256 or "\x00" in value:
         raise ValueError(f"{name} must be a non-empty string of at most 256 characters")
+
+
+def _check_text(name: str, value: str) -> None:
+    """Refuse text that UTF-8 cannot encode (lone surrogates, from undecodable bytes)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} is not valid Unicode text: {exc.reason} at "
+                         f"{exc.start}") from None
+
+
+def _check_json(name: str, value: Any) -> None:
+    """Refuse what cannot be stored as JSON (bytes, objects, nesting past the parser)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{name} must be JSON-serialisable: {type(exc).__name__}: "
+                         f"{str(exc)[:100]}") from None
+
+
+FILTER_KEYS = ("kinds", "speaker", "conversation_id", "start", "end")
+
+
+def _filters(raw: dict[str, Any]) -> Filters:
+    """``Filters`` from a dict of :data:`FILTER_KEYS`; times may be ISO text or Unix
+    seconds. Raises ValueError naming the key that is unknown or of the wrong type."""
+    if unknown := set(raw) - set(FILTER_KEYS):
+        raise ValueError(f"unknown filter(s) {sorted(map(str, unknown))}; filters: "
+                         f"{', '.join(FILTER_KEYS)}")
+    kinds = raw.get("kinds")
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    if kinds is not None and not (isinstance(kinds, list | tuple)
+                                  and all(isinstance(k, str) for k in kinds)):
+        raise ValueError("filter 'kinds' must be a list of kind names")
+    for key in ("speaker", "conversation_id"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise ValueError(f"filter {key!r} must be a string")
+    times = {key: parse_time(raw[key]) if raw.get(key) is not None else None
+             for key in ("start", "end")}
+    return Filters(kinds=kinds, speaker=raw.get("speaker"),
+                   conversation_id=raw.get("conversation_id"), **times)
 
 
 def _handle(lm: Any) -> ModelHandle | None:

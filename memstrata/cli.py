@@ -272,6 +272,24 @@ def cmd_bench_tools(args: argparse.Namespace) -> int:
     return _report(tool_table(doc), write_tool_outputs(doc, args.out))
 
 
+def cmd_bench_reliability(args: argparse.Namespace) -> int:
+    """Faults, load and hostile input: kill -9 mid-write, many writers, disk faults, fuzzed
+    tools and commands, memory poisoning, sandbox escapes and planted secrets, each scenario
+    bounded in count and time. Exits 1 when any write was lost, the file failed its
+    integrity check, anything crashed, an injection or escape got through, or a secret
+    reached a written byte."""
+    from memstrata.bench.reliability.suite import run_suite, table
+
+    only = {n.strip() for n in args.only.split(",") if n.strip()} if args.only else None
+    try:
+        doc = run_suite(args.out, quick=args.quick, seed=args.seed, only=only,
+                        work=args.work, keep=args.work is not None)
+    except ValueError as exc:
+        raise SystemExit(f"memstrata: {exc}") from None
+    _report(table(doc), [Path(p) for p in doc["files"]])
+    return 0 if doc["ok"] else 1
+
+
 def _add_data_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=str(_SHARED / "locomo_dev.json"),
                    help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
@@ -539,18 +557,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="out", help="output folder (default ./out)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_bench_tools)
+
+    p = bsub.add_parser("reliability", help="crash, concurrency, fault, fuzzing, injection, "
+                        "sandbox and secret scenarios", description=cmd_bench_reliability.__doc__)
+    p.add_argument("--out", default="out", help="output folder (default ./out)")
+    p.add_argument("--quick", action="store_true",
+                   help="the fast slice (a few kills, a few hundred fuzz cases, every kind once)")
+    p.add_argument("--only", metavar="NAMES",
+                   help="comma-separated scenarios or modules (crash, concurrency, faults, "
+                   "fuzz, poisoning, sandbox_escape, secrets)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    p.add_argument("--work", help="write the scenarios' stores here and keep them "
+                   "(default: a temporary folder, removed after)")
+    p.set_defaults(func=cmd_bench_reliability)
     return parser
 
 
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    """An error's message on one line, cut to ``limit`` characters (it may quote input)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``memstrata`` console command."""
+    """Entry point of the ``memstrata`` console command.
+
+    Every failure a user can cause or meet ends here as one line on stderr and exit code
+    2: bad input (``ValueError``: the library's refusal of an argument, text that is not
+    valid Unicode; ``OverflowError``: a number too large for SQLite), files that cannot
+    be read or written (``OSError``), a store that is full, read-only or corrupt
+    (``StoreError``, any ``sqlite3.Error``), a model that is not set up
+    (``RuntimeError``). Anything else is a bug and keeps its traceback.
+    """
+    import sqlite3
+
     args = build_parser().parse_args(argv)
     from memstrata.bench.locomo import LoCoMoError
 
     try:
         return int(args.func(args) or 0)
-    except (LoCoMoError, FileNotFoundError, RuntimeError) as exc:
-        print(f"memstrata: {exc}", file=sys.stderr)
+    except (LoCoMoError, ValueError, OverflowError, OSError, RuntimeError, sqlite3.Error
+            ) as exc:
+        print(f"memstrata: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memstrata: interrupted", file=sys.stderr)

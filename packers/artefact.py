@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .fit import MARK, cut_words, fit_lines, flatten
+from .fit import MARK, cut_words, defuse_lines, fit_lines, flatten
 from .layers import PackedLayer, packed_layer
 
 if TYPE_CHECKING:
@@ -70,10 +70,12 @@ def pack_l3(store: Store, user_id: str, key: str, text: str, *, budget: int,
     if len(pointer) + 1 > budget // 2:
         pointer = ""
     room = budget - (len(pointer) + 1 if pointer else 0)
+    # The artefact is task data: what is injected of it cannot open a block of its own
+    # (``fit.defuse_lines``); the stored blob keeps it as it was.
     if summary is not None:
-        body, _, truncated = fit_lines(summary.splitlines(), room)
+        body, _, truncated = fit_lines(defuse_lines(summary.splitlines()), room)
     else:
-        body, truncated = summarise_artefact(text, room)
+        body, truncated = summarise_artefact("\n".join(defuse_lines(text.splitlines())), room)
     out = "\n".join(p for p in (pointer, body) if p) if body else ""
     return packed_layer("L3", out, budget, ids=[key] if out else [], truncated=truncated,
                    dropped=0 if out else 1, left_out=[] if out else [key], blob_key=key)

@@ -56,6 +56,8 @@ HINT = ("Memory tools: past strategies and guardrails via mem_search(query, kind
         " polarity='success'|'failure') then mem_get(ids)")
 HINT_MAX = 240
 """The tools hint is at most this long (with the artefact's key when that fits)."""
+EMPTY = "(none)"
+"""What a prompt shows for an empty build (its memory input cannot be blank)."""
 DEFAULT_LAYERS: frozenset[str] = frozenset({"L0", "L1", "L2", "L3"})
 STRATEGY_POOL = 50  # retrieval candidates for L2, before top-K per polarity
 
@@ -189,6 +191,20 @@ class ContextBuilder:
             if len(with_key) <= HINT_MAX:
                 return with_key
         return HINT[:HINT_MAX]
+
+
+def check_sent(sent_chars: int, ctx: BuiltContext) -> list[str]:
+    """The budget check of what was sent: a violation when more of the context reached a
+    prompt than ``ctx.bound`` allows (none otherwise).
+
+    :func:`check` can only compare a build with itself; this one takes ``sent_chars``
+    measured on the prompts the model received (``ExecutorRun.context_in_prompt``), so
+    a context enlarged or replaced between the builder and the model is caught. An
+    empty build is sent as :data:`EMPTY`, which is allowed in its place.
+    """
+    if sent_chars > max(ctx.bound, 0 if ctx.text else len(EMPTY)):
+        return [f"prompt: {sent_chars} chars of context sent > bound {ctx.bound}"]
+    return []
 
 
 def check(ctx: BuiltContext, budgets: LayerBudgets) -> list[str]:

@@ -20,7 +20,7 @@ from memstrata.memory.bank import strategy_score
 from memstrata.memory.models import StrategyItem
 from pydantic import BaseModel, Field
 
-from .fit import MARK, cut_words, fit_lines, flatten
+from .fit import MARK, cut_words, defuse, defuse_lines, fit_lines, flatten
 
 LAYERS: tuple[str, ...] = ("L0", "L1", "L2", "L3", "L4")
 
@@ -80,8 +80,7 @@ def pack_l0(card: str | None, budget: int) -> PackedLayer:
     The card is built deterministically elsewhere (``sense_card(max_chars=...)``), which
     already respects a budget; this packer guarantees it regardless of the card's source.
     """
-    lines = [ln.rstrip() for ln in (card or "").strip().splitlines()]
-    lines = [ln for ln in lines if ln]
+    lines = defuse_lines((card or "").strip().splitlines())
     text, dropped, truncated = fit_lines(lines, budget)
     return packed_layer("L0", text, budget, ids=["card"] if text else [], dropped=dropped,
                    truncated=truncated)
@@ -153,8 +152,10 @@ def strategy_line(item: StrategyItem) -> str:
     description (the one-line gist) is preferred over the body text.
     """
     verb = "DO" if item.polarity == "success" else "AVOID"
-    body = flatten(item.description) or flatten(item.text)
-    title = flatten(item.title)
+    # Learned strategies are model output: defused, they cannot forge a second line or
+    # an id of their own (see ``fit.defuse``).
+    body = defuse(item.description) or defuse(item.text)
+    title = defuse(item.title)
     return f"{verb} [{item.id}] {title}: {body}" if title else f"{verb} [{item.id}] {body}"
 
 

@@ -26,7 +26,7 @@ from dspy.primitives.repl_types import REPLVariable
 from dspy.primitives.sandbox_serializable import SandboxSerializable, build_repl_variable
 from dspy.utils.exceptions import ContextWindowExceededError
 from memstrata.tools import BlobRef, ToolCall, ToolSession
-from memstrata.trajectories import Leakage, Recorder, measure
+from memstrata.trajectories import Leakage, Recorder, measure, redact_text
 from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
 
 from .errors import ProgramParseError
@@ -35,7 +35,7 @@ from .instrument import PromptTap
 from .judge import Judge
 from .lm import ModelHandle
 from .meter import Usage
-from .sandbox import InterpreterKind, interpreter_factory
+from .sandbox import InterpreterKind, SandboxLimits, interpreter_factory
 from .scratchpad import Scratchpad
 from .structured import StructuredPredict
 
@@ -58,6 +58,12 @@ class ExecutorSettings(BaseModel):
         max_llm_calls: most sub-LLM calls the agent's code may make (RLM).
         max_output_chars: printed output shown back per step is cut to this.
         history_steps: steps of history the scratchpad shows.
+        sandbox_time_s: wall-clock seconds one sandbox step may run (host tool time
+            excluded); past it the step ends with a recorded error and the sandbox restarts.
+        sandbox_memory_mb: memory one sandbox step may take (``SandboxLimits.memory_mb``).
+        writes: whether the agent gets the memory tools that write (:data:`WRITE_TOOLS`).
+            Turn it off for a task that only reads: then no text the agent reads (a
+            poisoned memory saying "write this") can make it write, whatever the model.
     """
 
     executor: ExecutorKind = "rlm"
@@ -67,6 +73,17 @@ class ExecutorSettings(BaseModel):
     max_llm_calls: int = Field(4, ge=0, le=100)
     max_output_chars: int = Field(2000, ge=100)
     history_steps: int = Field(3, ge=1)
+    sandbox_time_s: float = Field(30.0, gt=0)
+    sandbox_memory_mb: int = Field(1024, ge=256)
+    writes: bool = True
+
+    def sandbox_limits(self) -> SandboxLimits:
+        """The sandbox limits these settings ask for."""
+        return SandboxLimits(time_s=self.sandbox_time_s, memory_mb=self.sandbox_memory_mb)
+
+
+WRITE_TOOLS = frozenset({"mem_add", "event_log"})
+"""The memory tools that write (``ExecutorSettings.writes`` gives or withholds them)."""
 
 
 class ExecutorRun(BaseModel):
@@ -82,6 +99,9 @@ class ExecutorRun(BaseModel):
     wall_s: float
     error: str | None = None
     verdict: dict[str, Any] | None = None
+    context_in_prompt: dict[str, int] = Field(
+        default_factory=dict, description="per text context: the most of it any prompt sent "
+        "to the model carried, in chars (``instrument.chars_in_prompt``)")
 
 
 class AnswerWithTools(dspy.Signature):
@@ -219,7 +239,8 @@ def build_executor(settings: ExecutorSettings, tools: list[Callable[..., Any]],
         rlm = dspy.RLM(signature, max_iters=settings.max_iters,
                        max_llm_calls=settings.max_llm_calls,
                        max_output_chars=settings.max_output_chars, tools=tools,
-                       interpreter_factory=factory or interpreter_factory("sandbox"))
+                       interpreter_factory=factory or interpreter_factory(
+                           "sandbox", limits=settings.sandbox_limits()))
         rlm.generate_action = _structured(rlm.generate_action.signature, "rlm.action")
         rlm.extract = _structured(rlm.extract.signature, "rlm.extract")
         return rlm, [rlm.generate_action], [rlm.extract]
@@ -231,7 +252,8 @@ def build_executor(settings: ExecutorSettings, tools: list[Callable[..., Any]],
         react.extract = _structured(react.extract.predict.signature, "react.extract")
         return react, [step], [react.extract]
     if settings.executor == "scratchpad":
-        pad = Scratchpad(tools, factory or interpreter_factory("sandbox"),
+        pad = Scratchpad(tools, factory or interpreter_factory(
+                             "sandbox", limits=settings.sandbox_limits()),
                          max_iters=settings.max_iters, history_steps=settings.history_steps,
                          max_output_chars=settings.max_output_chars)
         return pad, [pad.step], [pad.finish]
@@ -315,6 +337,7 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
             ``AnswerWithTools``); a task suite passes its own, with its own inputs.
         tools: the tools to give the agent instead of the settings' memory tools; bind
             extra ones with ``session.bind`` so their calls are logged like the rest.
+            With ``settings.writes`` off, the write tools among them are withheld too.
 
     Returns:
         The answer, the steps, the leakage figures and the usage. A failure a weak model
@@ -324,17 +347,21 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
     settings = settings or ExecutorSettings()
     if tools is None:
         tools = session.handle_tools() if settings.tools == "handles" else session.naive_tools()
+    if not settings.writes:
+        tools = [t for t in tools if t.__name__ not in WRITE_TOOLS]
     # RLM and the scratchpad put a handle in the sandbox; ReAct's inputs are prompt text,
     # so it gets the handle's repr (the naive arm's full text goes in as it is).
     variables: dict[str, Any] = {
         name: (repr(v) if settings.executor == "react" else SandboxBlobRef(v))
         if isinstance(v, BlobRef) else v for name, v in (context or {}).items()}
     if factory is None and settings.executor != "react":
-        factory = interpreter_factory(settings.interpreter)
+        factory = interpreter_factory(settings.interpreter,
+                                      limits=settings.sandbox_limits())
     module, step_mods, final_mods = build_executor(
         settings, tools, executor_signature(list(variables), signature), factory)
     calls_mark, meter_mark = len(session.log.calls), handle.meter.mark()
-    tap = PromptTap(step_mods, final_mods, marker=lambda: len(session.log.calls))
+    tap = PromptTap(step_mods, final_mods, marker=lambda: len(session.log.calls),
+                    watch={n: v for n, v in (context or {}).items() if isinstance(v, str)})
     config = {**settings.model_dump(), "model": handle.name, "caps": session.caps.model_dump(),
               "context": {n: repr(v) if isinstance(v, BlobRef) else f"text ({len(v)} chars)"
                           for n, v in (context or {}).items()}}
@@ -348,7 +375,7 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
             with dspy.context(lm=handle.lm, callbacks=[*dspy.settings.callbacks, tap]):
                 pred = module(question=question, **variables)
         except EXPECTED_FAILURES as exc:
-            error = f"{type(exc).__name__}: {exc}"[:1000]
+            error = redact_text(f"{type(exc).__name__}: {exc}")[:1000]  # masked, then cut
         finally:
             session.binding.run_id = None
         steps, converged = _iterations(settings.executor, pred)
@@ -378,7 +405,7 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
     return ExecutorRun(run_id=rec.run_id, executor=settings.executor, answer=answer,
                        converged=converged and error is None, steps=shown, leakage=leakage,
                        usage=usage, wall_s=round(time.perf_counter() - started, 3),
-                       error=error, verdict=verdict)
+                       error=error, verdict=verdict, context_in_prompt=dict(tap.in_prompt))
 
 
 def render_trajectory(steps: list[dict[str, Any]], chars: int = 3000) -> str:

@@ -5,6 +5,10 @@ ReAct's ``react``, the scratchpad's ``step``) and its final-answer predictors, a
 records the size of every prompt the adapter formats inside a step (one number per
 iteration; a parse retry re-sends the same prompt, so the largest is kept). LLM calls
 made outside both kinds of predictor come from the agent's own code: sub-calls.
+
+It also measures how much of given context texts (``watch``) really reached the model:
+for each, the longest prefix of it found in any formatted prompt. A budget check on
+that number checks the prompt that was sent, not the packer's report of what it packed.
 """
 
 from __future__ import annotations
@@ -28,6 +32,35 @@ def _chars(messages: Any) -> int:
     return total
 
 
+def _prompt_text(messages: Any) -> str:
+    parts: list[str] = []
+    for message in messages or ():
+        content = message.get("content") if isinstance(message, dict) else message
+        if isinstance(content, list):
+            parts += [str(p.get("text", p)) if isinstance(p, dict) else str(p)
+                      for p in content]
+        else:
+            parts.append(str(content or ""))
+    return "\n".join(parts)
+
+
+def chars_in_prompt(text: str, prompt: str) -> int:
+    """The length of the longest prefix of ``text`` that occurs in ``prompt``.
+
+    A context shown whole counts whole, one shown as a preview (an RLM variable) counts
+    as far as the preview goes, one not shown counts 0. Prefixes are monotone (a prefix
+    found means every shorter one is), so a binary search finds it.
+    """
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if text[:mid] in prompt:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class PromptTap(BaseCallback):
     """Per-iteration prompt sizes and sub-call counts for one executor run.
 
@@ -37,10 +70,15 @@ class PromptTap(BaseCallback):
             not sub-calls).
         marker: called as each iteration starts; its values (``step_marks``) let the
             caller tell which tool calls happened in which iteration.
+        watch: context texts by name; ``in_prompt[name]`` is the most of each that any
+            formatted prompt carried (:func:`chars_in_prompt`).
     """
 
     def __init__(self, step_modules: list[Any], final_modules: list[Any],
-                 marker: Callable[[], int] | None = None) -> None:
+                 marker: Callable[[], int] | None = None,
+                 watch: dict[str, str] | None = None) -> None:
+        self._watch = {n: t for n, t in (watch or {}).items() if t}
+        self.in_prompt: dict[str, int] = dict.fromkeys(self._watch, 0)
         self._step = {id(m) for m in step_modules}
         self._final = {id(m) for m in final_modules}
         self._active: dict[str, str] = {}  # call id -> "step" | "final"
@@ -81,6 +119,11 @@ class PromptTap(BaseCallback):
             sizes = {"step": self.context_chars, "final": self.final_context_chars}.get(role or "")
             if sizes:
                 sizes[-1] = max(sizes[-1], _chars(outputs))
+            if self._watch and outputs:
+                prompt = _prompt_text(outputs)
+                for name, text in self._watch.items():
+                    self.in_prompt[name] = max(self.in_prompt[name],
+                                               chars_in_prompt(text, prompt))
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         """Count the call; outside any step or final predictor it is a sub-call."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import dspy
 from memstrata.memory.extras import locate
+from memstrata.trajectories.redact import redact_logs
 
 from .errors import ModelSetupError
 from .llama_engine import DEFAULT_N_CTX, INSTALL_HINT, LlamaCppEngine, PrefixCache
@@ -139,6 +140,8 @@ def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature
         prefix_cache: how a local model carries evaluated prompt prefixes across calls
             (``last``, ``ram`` or ``off``; see ``LlamaCppEngine``).
 
+    From the first call on, log records are redacted (``trajectories.redact_logs``).
+
     Raises:
         MissingExtraError: a ``local/...`` choice without the ``local`` extra installed.
         ModelSetupError: what to install or set, when the model cannot be set up.
@@ -147,6 +150,7 @@ def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature
         >>> handle = setup_lm("local/smollm2")  # doctest: +SKIP
         >>> dspy.configure(lm=handle.lm)  # doctest: +SKIP
     """
+    redact_logs()  # from here on memstrata holds a model, maybe its keys: logs mask them
     meter = CallMeter()
     if choice.startswith(LOCAL_PREFIX) or engine is not None:
         if engine is None:
@@ -172,7 +176,9 @@ def setup_lm(choice: str = EMBEDDED, *, api_base: str | None = None, temperature
 def wrap_lm(lm: dspy.BaseLM, name: str | None = None, window: int = FALLBACK_WINDOW
             ) -> ModelHandle:
     """A ``ModelHandle`` around an LM built elsewhere (``dspy.utils.DummyLM`` in tests, or
-    a user's own ``dspy.LM``): a meter is attached so its calls are counted too."""
+    a user's own ``dspy.LM``): a meter is attached so its calls are counted too, and log
+    records are redacted from then on (``trajectories.redact_logs``)."""
+    redact_logs()
     meter = CallMeter()
     lm.callbacks = [*(getattr(lm, "callbacks", None) or []), meter]
     return ModelHandle(name or str(getattr(lm, "model", "lm")), lm, window,

@@ -26,7 +26,6 @@ ABSTAIN_ANSWER = "I don't know"
 """The answer on abstention, by default (what the instructions tell the model to say)."""
 MAX_ANSWER_CHARS = 100
 MAX_CITED = 3
-_ID = re.compile(r"\[([^\]\s·]+)\s*·")
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?\b")
 
 _INSTRUCTIONS = """Answer the question in a few words using the memories.
@@ -197,8 +196,13 @@ def resolve_relative_times(answer: str, memories: str, evidence: list[str],
 
 
 def cited_ids(memories: str) -> set[str]:
-    """The ids that open the provenance brackets of packed memory lines."""
-    return set(_ID.findall(memories))
+    """The ids that open the provenance heads of packed memory lines.
+
+    Only a line's own head counts (``packers.parse``): an id a stored text quotes in its
+    body ("... [s9:1 · Bob · ...] ...", which the packer shows in parentheses anyway) is
+    not evidence the model may cite.
+    """
+    return {m.id for line in memories.splitlines() if (m := parse(line)) is not None}
 
 
 # Three worked examples of the answer style, made up (not from any benchmark): a span

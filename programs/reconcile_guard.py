@@ -25,10 +25,14 @@ class ReconcilerSettings(BaseModel):
             included (each structured prediction may take 2).
         min_shared: shared distinctive attributes a MERGE needs.
         min_overlap: overlap score (0-1, see ``memory/person_compare.py``) a MERGE needs.
+        max_arg_chars: the longest string the agent may pass to a tool (a name, a
+            conversation id), and the longest name or conversation id a decision is
+            asked about; longer ones are refused, naming the cap.
     """
 
     max_iters: int = Field(4, ge=1, le=20)
     max_llm_calls: int = Field(10, ge=2, le=100)
+    max_arg_chars: int = Field(200, ge=1, le=10_000)
     min_shared: int = Field(2, ge=1)
     min_overlap: float = Field(0.35, ge=0.0, le=1.0)
 

@@ -16,6 +16,7 @@ from memstrata.memory.entities import (
 )
 from memstrata.tools import ToolSession
 from memstrata.tools.personal_tools import corpus
+from memstrata.trajectories import redact_text
 from pydantic import BaseModel
 
 from .errors import ProgramParseError
@@ -35,8 +36,15 @@ class PairResult(BaseModel):
 def store_decision(store: Store, user_id: str, decision: ReconcileDecision) -> dict[str, Any]:
     """Write a decision: MERGE -> person entity + ``same_as`` edges, and the merged
     person's facts superseded in time order (``supersede_across``); SEPARATE -> a
-    ``distinct_from`` edge; both -> an event-log entry. Returns what was written."""
+    ``distinct_from`` edge; both -> an event-log entry. Returns what was written.
+
+    The reason is the model's words: secrets in it are masked before it is written
+    (``trajectories.redact``)."""
     ids = [c.entity_id for c in decision.candidates]
+    decision = decision.model_copy(update={
+        "reason": redact_text(decision.reason),
+        "proposal": decision.proposal.model_copy(
+            update={"reason": redact_text(decision.proposal.reason)})})
     meta = {"confidence": decision.confidence, "overridden": decision.overridden,
             "proposal": decision.proposal.decision, "model": decision.model,
             "guard": decision.guard.reason[:300]}

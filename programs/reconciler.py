@@ -22,14 +22,18 @@ because they share a name.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import dspy
 from dspy.utils.callback import BaseCallback
 from memstrata.memory.entities import ensure_entities
-from memstrata.tools import ToolCall, ToolSession
-from memstrata.tools.personal_tools import personal_tools
+from memstrata.tools import ToolCall, ToolError, ToolSession
+from memstrata.tools.base import Binding, check_cap
+from memstrata.tools.personal_tools import PERSONAL_TOOLS
+from memstrata.trajectories import redact_text
 from pydantic import BaseModel, Field, StringConstraints
 
 from .executors import NoRepeats, StopOnRepeat, _structured, react_step
@@ -129,6 +133,28 @@ class _Budgeted(dspy.Module):
         return self.step(**inputs)
 
 
+def capped(fn: Callable[..., dict[str, Any]], max_chars: int) -> Callable[..., dict[str, Any]]:
+    """A personal tool that refuses, with a ``ToolError`` naming the cap, any argument
+    that is not a string of 1 to ``max_chars`` characters.
+
+    Every argument of the four tools is a name or a conversation id; what the model
+    writes there reaches the tools, their refusals and the trajectory, so it is held
+    to the same kind of cap as the handle tools' (``ToolCaps``). The signature is kept,
+    so ``ToolSession.bind`` logs the refusal like any other.
+    """
+
+    @functools.wraps(fn)
+    def tool(b: Binding, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        for value in (*args, *kwargs.values()):
+            if not isinstance(value, str) or not value.strip():
+                raise ToolError(f"{fn.__name__}: every argument is a name or a conversation "
+                                f"id, a non-empty string; got {type(value).__name__}")
+            check_cap(fn.__name__, len(value), max_chars, "an argument of length")
+        return fn(b, *args, **kwargs)
+
+    return tool
+
+
 def _steps(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
     steps, i = [], 0
     while f"tool_name_{i}" in trajectory:
@@ -137,8 +163,8 @@ def _steps(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
         steps.append({"thought": str(trajectory.get(f"thought_{i}", ""))[:400],
                       "tool": trajectory[f"tool_name_{i}"],
                       "args": {str(k)[:40]: v if isinstance(v, int | float | bool) or v is None
-                               else str(v)[:200] for k, v in args.items()}
-                      if isinstance(args, dict) else str(args)[:200],
+                               else redact_text(str(v))[:200] for k, v in args.items()}
+                      if isinstance(args, dict) else redact_text(str(args))[:200],
                       "observation_chars": len(str(observation))})
         i += 1
     return steps
@@ -162,7 +188,8 @@ class Reconciler(dspy.Module):
         self.session = session
         self.settings = settings or ReconcilerSettings()
         self.counter = _Counter()
-        self.tools = NoRepeats(personal_tools(session))
+        self.tools = NoRepeats([session.bind(capped(fn, self.settings.max_arg_chars))
+                                for fn in PERSONAL_TOOLS])
         self.agent = dspy.ReAct(ReconcileEntities, tools=self.tools.tools,
                                 max_iters=self.settings.max_iters)
         self.agent.react = _Budgeted(
@@ -172,8 +199,18 @@ class Reconciler(dspy.Module):
                                          "reconciler.decide")
 
     def candidates(self, name: str, conversation_a: str, conversation_b: str) -> list[Candidate]:
-        """The two entities (made from the turns where none is stored yet)."""
+        """The two entities (made from the turns where none is stored yet).
+
+        Raises ``ValueError`` for a name or conversation id that is not a non-empty
+        string within ``settings.max_arg_chars``, or that nobody by that name speaks in.
+        """
         b = self.session.binding
+        for what, value in (("name", name), ("conversation_a", conversation_a),
+                            ("conversation_b", conversation_b)):
+            if not isinstance(value, str) or not value.strip() or \
+                    len(value) > self.settings.max_arg_chars:
+                raise ValueError(f"{what} must be a non-empty string of at most "
+                                 f"{self.settings.max_arg_chars} characters")
         out = []
         for conv in (conversation_a, conversation_b):
             found = [e for e in ensure_entities(b.store, b.user_id, conv)

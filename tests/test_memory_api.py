@@ -342,3 +342,51 @@ def test_cli_import_forget_and_bad_input(tmp_path, capsys) -> None:
     assert Memory.open(db).store.counts("v")["turns"] == 0       # nothing half-written
     assert _cli("forget", "--user", "u", "--db", db, "--yes") == 0
     assert Memory.open(db).store.counts("u")["turns"] == 0
+
+
+def test_hostile_arguments_get_documented_errors(tmp_path) -> None:
+    """Found by the reliability fuzzer: each of these raised TypeError, OverflowError,
+    AttributeError, IndexError or a sqlite3 error from deep inside."""
+    m = Memory.open(tmp_path / "m.db")
+    m.add("hello river", user_id="u", infer=False)
+    assert m.add([], user_id="u") == []
+    assert m.get_all("u", offset=10**30) == []
+    for bad in ({"bogus": 1}, {"start": [1]}, {"speaker": {"x": 1}}, {"end": 1e300},
+                {"kinds": object()}):
+        with pytest.raises(ValueError):
+            m.search("river", user_id="u", filters=bad)
+    assert m.search("river", user_id="u", filters={"kinds": "turn", "start": "2000-01-01"})
+    with pytest.raises(ValueError, match="Unicode"):
+        m.search("\udcff river", user_id="u")
+    with pytest.raises(ValueError, match="Unicode"):
+        m.add("bad \ud800 text", user_id="u", infer=False)
+    with pytest.raises(ValueError, match="JSON"):
+        m.add("fine", user_id="u", metadata={"b": b"bytes"}, infer=False)
+    with pytest.raises(ValueError, match="out of range"):
+        m.add("fine", user_id="u", timestamp=1e300, infer=False)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ImportFormatError, match="nested too deeply"):
+        m.import_(deep, user_id="v")
+    blob = tmp_path / "blob.jsonl"
+    blob.write_text('{"type": "header", "format": "memstrata-export", "version": 1, '
+                    '"user_id": "x"}\n{"type": "blob"}\n')
+    with pytest.raises(ImportFormatError, match="a blob needs"):
+        m.import_(blob, user_id="v")
+    m.close()
+
+
+def test_cli_reports_store_faults_and_bad_input_on_one_line(tmp_path, capsys) -> None:
+    """cli.main caught only three error types: a sqlite3 error (a full, read-only or
+    corrupt store) or a ValueError from the library printed a traceback instead."""
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all" * 200)
+    db = str(tmp_path / "m.db")
+    for argv in (["stats", "--db", str(junk)], ["get", "\udcff", "--db", db],
+                 ["add", "hi", "--user", "u", "--db", db, "--timestamp", "not a time"],
+                 ["export", str(tmp_path / "a\x00b"), "--user", "u", "--db", db]):
+        Memory.open(db).close()
+        capsys.readouterr()
+        assert _cli(*argv) != 0, argv
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and err.startswith("memstrata: "), err

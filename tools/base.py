@@ -7,6 +7,7 @@ a tenant. Tools return JSON-serialisable dicts and never print.
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ class ToolCaps(BaseModel):
         max_find_k: the most matches ``ctx_find`` returns.
         snippet_chars: characters of context on each side of a ``ctx_find`` match.
         max_pattern_chars: the longest pattern ``ctx_find`` accepts.
+        max_query_chars: the longest query ``mem_search`` accepts.
         find_timeout_s: wall-clock limit on one regular-expression scan.
         max_search_k: the most results ``mem_search`` returns.
         description_chars: length of the one-line descriptions ``mem_search`` returns.
@@ -41,6 +43,7 @@ class ToolCaps(BaseModel):
     max_find_k: int = Field(50, ge=1)
     snippet_chars: int = Field(40, ge=0)
     max_pattern_chars: int = Field(200, ge=1)
+    max_query_chars: int = Field(1000, ge=1)
     find_timeout_s: float = Field(0.5, gt=0)
     max_search_k: int = Field(20, ge=1)
     description_chars: int = Field(120, ge=20)
@@ -99,7 +102,36 @@ def one_line(text: str, width: int) -> str:
 
 
 def check_cap(name: str, value: int, cap: int, what: str) -> None:
-    """Refuse ``value`` over ``cap`` with a message naming the cap."""
+    """Refuse ``value`` over ``cap`` with a message naming the cap; refuse a ``value``
+    that is not a whole number (the agent's ``k`` may arrive as ``"5"`` or ``2.5``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ToolError(f"{name}: {what.rstrip(' =:')} must be a whole number, "
+                        f"got {type(value).__name__} {shown(value, 40)}")
     if value > cap:
         raise ToolError(f"{name}: {what} {value} is over the cap of {cap}; ask for less "
                         f"(narrow the range, or search first and fetch fewer)")
+
+
+def shown(value: Any, chars: int = 80) -> str:
+    """An agent's argument as a message quotes it: its repr, cut to about ``chars``, and
+    never recursing far into a structure (an agent's JSON may nest thousands deep)."""
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = chars
+    short.maxlevel = 2
+    return short.repr(value)
+
+
+def clipped(value: Any, chars: int = 200, items: int = 20, depth: int = 4) -> Any:
+    """A JSON value with every string cut to ``chars``, every list and object to ``items``
+    entries and nesting to ``depth``: stored fields (names, metadata) can be any size, a
+    tool's answer cannot."""
+    if isinstance(value, str):
+        return value if len(value) <= chars else value[: chars - 1] + MARK
+    if depth <= 0 and isinstance(value, dict | list | tuple):
+        return MARK
+    if isinstance(value, dict):
+        return {clipped(k, chars, items, 0): clipped(v, chars, items, depth - 1)
+                for k, v in list(value.items())[:items]}
+    if isinstance(value, list | tuple):
+        return [clipped(v, chars, items, depth - 1) for v in value[:items]]
+    return value

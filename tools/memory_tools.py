@@ -13,13 +13,15 @@ from memstrata.memory import ITEM_KINDS, Filters, Item, Retriever
 from memstrata.memory.models import ITEM_ADAPTER
 from memstrata.memory.store import node_type
 
-from .base import Binding, ToolError, check_cap, one_line
+from .base import Binding, ToolError, check_cap, clipped, one_line, shown
 
 POLARITIES = ("success", "failure")
 SEARCH_KINDS = ("turn", *ITEM_KINDS)
 WRITABLE_KINDS = tuple(k for k in ITEM_KINDS if k != "consolidated")
 # Over-fetch before filters that only the rows can answer (polarity lives in item data).
 _OVERFETCH = 5
+MAX_ID_CHARS = 64
+"""Memory ids are ``t_``/``i_`` and 24 hex digits: a longer one is refused, not echoed."""
 
 
 def _retriever(b: Binding) -> Retriever:
@@ -31,6 +33,8 @@ def _retriever(b: Binding) -> Retriever:
 def _speaker(b: Binding, role: str | None) -> str | None:
     if role is None:
         return None
+    if not isinstance(role, str):
+        raise ToolError(f"mem_search: role must be a speaker's name, got {type(role).__name__}")
     speakers = b.store.speakers(b.user_id)
     for name in speakers:
         if name.casefold() == role.strip().casefold():
@@ -54,14 +58,17 @@ def mem_search(b: Binding, query: str, k: int | None = None, kind: str | None = 
     """
     if not isinstance(query, str) or not query.strip():
         raise ToolError("mem_search: query must be a non-empty string")
+    check_cap("mem_search", len(query), b.caps.max_query_chars, "a query of length")
     k = min(6, b.caps.max_search_k) if k is None else k
     check_cap("mem_search", k, b.caps.max_search_k, "k =")
     if k < 1:
         raise ToolError("mem_search: k must be at least 1")
     if kind is not None and kind not in SEARCH_KINDS:
-        raise ToolError(f"mem_search: unknown kind {kind!r}; kinds: {', '.join(SEARCH_KINDS)}")
+        raise ToolError(f"mem_search: unknown kind {shown(kind)}; kinds: "
+                        f"{', '.join(SEARCH_KINDS)}")
     if polarity is not None and polarity not in POLARITIES:
-        raise ToolError(f"mem_search: polarity must be one of {POLARITIES}, got {polarity!r}")
+        raise ToolError(f"mem_search: polarity must be one of {POLARITIES}, got "
+                        f"{shown(polarity)}")
     if polarity is not None and kind not in (None, "strategy"):
         raise ToolError("mem_search: polarity applies to kind 'strategy' only")
     speaker = _speaker(b, role)
@@ -90,7 +97,7 @@ def mem_search(b: Binding, query: str, k: int | None = None, kind: str | None = 
         title = titles.get(h.id) or (f"{h.turn_id} {h.speaker}" if h.node == "turn" else h.kind)
         results.append({"id": h.id, "kind": h.kind, "title": one_line(title, 60),
                         "description": one_line(h.text, b.caps.description_chars),
-                        "speaker": h.speaker, "when": when})
+                        "speaker": clipped(h.speaker, 60), "when": when})
     return {"query": query, "results": results}
 
 
@@ -113,9 +120,13 @@ def _full(b: Binding, ids: list[str], cap_text: int | None) -> dict[str, Any]:
         record = found.get(node_id)
         if record is None:
             continue
-        if cap_text is not None and len(record["text"]) > cap_text:
-            record["text"] = record["text"][:cap_text] + "…"
-            record["text_truncated"] = True
+        if cap_text is not None:
+            # The text has its own cap; any other field (a name, metadata) only a short one.
+            text = record["text"]
+            record = {k: clipped(v) for k, v in record.items()}
+            record["text"] = text[:cap_text] + "…" if len(text) > cap_text else text
+            if len(text) > cap_text:
+                record["text_truncated"] = True
         out.append(record)
     return {"items": out, "missing": [i for i in ids if i not in found]}
 
@@ -131,6 +142,9 @@ def mem_get(b: Binding, ids: list[str]) -> dict[str, Any]:
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise ToolError("mem_get: ids must be a list of id strings")
     check_cap("mem_get", len(ids), b.caps.max_get, "a request for ids:")
+    if any(len(i) > MAX_ID_CHARS for i in ids):
+        raise ToolError(f"mem_get: a memory id is at most {MAX_ID_CHARS} characters "
+                        "(ids look like 't_...' or 'i_...'; take them from mem_search)")
     return _full(b, list(dict.fromkeys(ids)), b.caps.max_item_chars)
 
 
@@ -142,6 +156,8 @@ def mem_quote(b: Binding, id: str, max_chars: int | None = None) -> dict[str, An
         max_chars: how many characters (default 300; at most the quote cap, 1000 by
             default).
     """
+    if not isinstance(id, str):
+        raise ToolError(f"mem_quote: id must be a memory id string, got {type(id).__name__}")
     max_chars = min(300, b.caps.max_quote_chars) if max_chars is None else max_chars
     check_cap("mem_quote", max_chars, b.caps.max_quote_chars, "max_chars =")
     if max_chars < 1:
@@ -169,9 +185,15 @@ def mem_add(b: Binding, text: str, kind: str = "semantic", title: str = "",
         raise ToolError("mem_add: text must be a non-empty string")
     check_cap("mem_add", len(text), b.caps.max_add_chars, "a text of length")
     if kind not in WRITABLE_KINDS:
-        raise ToolError(f"mem_add: kind must be one of {', '.join(WRITABLE_KINDS)}; got {kind!r}")
+        raise ToolError(f"mem_add: kind must be one of {', '.join(WRITABLE_KINDS)}; got "
+                        f"{shown(kind)}")
     if polarity is not None and (kind != "strategy" or polarity not in POLARITIES):
         raise ToolError("mem_add: polarity is 'success' or 'failure', for kind 'strategy' only")
+    if not isinstance(title, str):
+        raise ToolError(f"mem_add: title must be a string, got {type(title).__name__}")
+    if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str)
+                                                                for t in tags)):
+        raise ToolError("mem_add: tags must be a list of strings")
     fields: dict[str, Any] = {"kind": kind, "user_id": b.user_id, "agent_id": b.agent_id,
                               "text": text.strip(), "title": title[:200],
                               "tags": [str(t)[:40] for t in (tags or [])][:10],
@@ -191,8 +213,9 @@ def event_log(b: Binding, obj: dict[str, Any]) -> dict[str, Any]:
     """
     try:
         size = len(json.dumps(obj))
-    except (TypeError, ValueError) as exc:
-        raise ToolError(f"event_log: obj must be JSON-serialisable ({exc})") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ToolError(f"event_log: obj must be JSON-serialisable and at most a few hundred "
+                        f"levels deep ({type(exc).__name__}: {exc})") from None
     check_cap("event_log", size, b.caps.max_event_chars, "an event of serialised length")
     event_id = b.store.runs.log_event(b.user_id, obj, agent_id=b.agent_id, run_id=b.run_id)
     return {"event_id": event_id, "written": True}

@@ -27,7 +27,7 @@ from memstrata.memory.person_compare import clashes, compare, day
 from memstrata.memory.profile import Corpus, Profile, build_profile
 from memstrata.memory.text import words
 
-from .base import Binding, ToolError, one_line
+from .base import Binding, ToolError, clipped, one_line, shown
 
 if TYPE_CHECKING:
     from .session import ToolSession
@@ -52,9 +52,9 @@ def corpus(b: Binding) -> Corpus:
 def _conversation(c: Corpus, tool: str, conversation_id: Any) -> str:
     known = c.conversations()
     if not isinstance(conversation_id, str) or conversation_id not in known:
-        shown = ", ".join(known[:10]) or "none stored"
-        raise ToolError(f"{tool}: unknown conversation {conversation_id!r}; "
-                        f"conversations: {shown}")
+        listed = ", ".join(known[:10]) or "none stored"
+        raise ToolError(f"{tool}: unknown conversation {shown(conversation_id)}; "
+                        f"conversations: {listed}")
     return conversation_id
 
 
@@ -64,7 +64,7 @@ def _person(c: Corpus, tool: str, conversation_id: str, name: Any) -> str:
         for person in people:
             if person.casefold() == name.strip().casefold():
                 return person
-    raise ToolError(f"{tool}: nobody named {name!r} speaks in {conversation_id}; "
+    raise ToolError(f"{tool}: nobody named {shown(name)} speaks in {conversation_id}; "
                     f"people there: {', '.join(people)}")
 
 
@@ -97,6 +97,12 @@ def _pair(b: Binding, tool: str, name: Any, conversation_a: Any, conversation_b:
     # Neither same-name person is part of the other's background for distinctive terms.
     same = {person_a, person_b}
     return (_profile(b, c, conv_a, person_a, same), _profile(b, c, conv_b, person_b, same))
+
+
+def _bounded(result: dict[str, Any]) -> dict[str, Any]:
+    """The answer with every stored string (names, terms, values) cut short: what a
+    conversation holds can be any size, what a tool returns cannot."""
+    return clipped(result, chars=TEXT_CHARS * 3, items=MAX_EVENTS * 2, depth=6)
 
 
 def _spread(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
@@ -133,9 +139,10 @@ def get_entity_timeline(b: Binding, name: str, conversation_id: str) -> dict[str
                 seen.add(t.session_id)
                 events.append({"when": day(t.event_time), "turn": t.turn_id,
                                "text": one_line(t.text, TEXT_CHARS)})
-    return {"name": person, "conversation_id": conv, "entity_id": _entity(b, conv, person),
-            "span": [day(p.first), day(p.last)], "partners": p.partners,
-            "facts": len(p.facts), "total": len(events), "events": _spread(events, MAX_EVENTS)}
+    return _bounded({
+        "name": person, "conversation_id": conv, "entity_id": _entity(b, conv, person),
+        "span": [day(p.first), day(p.last)], "partners": p.partners,
+        "facts": len(p.facts), "total": len(events), "events": _spread(events, MAX_EVENTS)})
 
 
 def get_conversation_context(b: Binding, conversation_id: str) -> dict[str, Any]:
@@ -156,10 +163,11 @@ def get_conversation_context(b: Binding, conversation_id: str) -> dict[str, Any]
                        "names": own[:MAX_NAMES], "states": states(p)[:6],
                        "facts": len(p.facts)})
     dates = c.dates.get(conv) or []
-    return {"conversation_id": conv, "span": [day(min(dates, default=None)),
-                                              day(max(dates, default=None))],
-            "sessions": len(c.sessions[conv]), "turns": sum(x["turns"] for x in people),
-            "participants": people}
+    return _bounded({
+        "conversation_id": conv, "span": [day(min(dates, default=None)),
+                                          day(max(dates, default=None))],
+        "sessions": len(c.sessions[conv]), "turns": sum(x["turns"] for x in people),
+        "participants": people})
 
 
 def compare_entities_across_conversations(b: Binding, name: str, conversation_a: str,
@@ -183,12 +191,13 @@ def compare_entities_across_conversations(b: Binding, name: str, conversation_a:
                + (f"; different {', '.join(apart)}" if apart else "")
                + f"; overlap score {cmp.overlap_score}")
     # The summary comes first: a small model reads the head of a long JSON object.
-    return {"summary": summary, "name": pa.name, "a": _side(b, pa), "b": _side(b, pb),
-            "time_overlap_days": cmp.time_overlap_days,
-            "shared": [s.model_dump() for s in cmp.shared[:MAX_SHARED]],
-            "shared_weak": [s.model_dump() for s in cmp.shared_weak[:MAX_SHARED]],
-            "differing": cmp.differing, "shared_distinctive": cmp.shared_distinctive,
-            "term_overlap": cmp.term_overlap, "overlap_score": cmp.overlap_score}
+    return _bounded({
+        "summary": summary, "name": pa.name, "a": _side(b, pa), "b": _side(b, pb),
+        "time_overlap_days": cmp.time_overlap_days,
+        "shared": [s.model_dump() for s in cmp.shared[:MAX_SHARED]],
+        "shared_weak": [s.model_dump() for s in cmp.shared_weak[:MAX_SHARED]],
+        "differing": cmp.differing, "shared_distinctive": cmp.shared_distinctive,
+        "term_overlap": cmp.term_overlap, "overlap_score": cmp.overlap_score})
 
 
 def detect_contradictions(b: Binding, name: str, conversation_a: str, conversation_b: str
@@ -206,10 +215,11 @@ def detect_contradictions(b: Binding, name: str, conversation_a: str, conversati
     found, changes = clashes(pa, pb)
     summary = (f"{len(found)} contradiction(s): {found[0].why}" if found
                else "no contradiction")
-    return {"summary": summary, "name": pa.name, "conversation_a": pa.conversation_id,
-            "conversation_b": pb.conversation_id, "count": len(found),
-            "contradictions": [x.model_dump() for x in found[:MAX_CLASHES]],
-            "changes": [x.model_dump() for x in changes[:MAX_CLASHES // 2]]}
+    return _bounded({
+        "summary": summary, "name": pa.name, "conversation_a": pa.conversation_id,
+        "conversation_b": pb.conversation_id, "count": len(found),
+        "contradictions": [x.model_dump() for x in found[:MAX_CLASHES]],
+        "changes": [x.model_dump() for x in changes[:MAX_CLASHES // 2]]})
 
 
 PERSONAL_TOOLS: tuple[Callable[..., dict[str, Any]], ...] = (

@@ -20,11 +20,13 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import reprlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 from memstrata.memory import Retriever, Store
+from memstrata.memory.runs import redact, redact_text
 from memstrata.packers.fit import MARK
 
 from . import context, memory_tools, naive
@@ -109,12 +111,22 @@ class ToolSession:
         """``fn`` with this session's binding filled in, logged on every call."""
         signature = inspect.signature(fn)
         params = list(signature.parameters.values())[1:]
+        agent_facing = signature.replace(parameters=params)
 
         @functools.wraps(fn)
         def tool(*args: Any, **kwargs: Any) -> dict[str, Any]:
             started = time.perf_counter()
             call = ToolCall(name=fn.__name__, args=_loggable(signature, args, kwargs))
             try:
+                try:
+                    agent_facing.bind(*args, **kwargs)
+                except TypeError as exc:
+                    # A wrong argument name or count from the agent: say which, as a
+                    # refusal. A TypeError raised inside the tool is a bug and propagates.
+                    raise ToolError(f"{fn.__name__}{agent_facing}: {exc}") from None
+                if (bad := _not_unicode([args, kwargs])) is not None:
+                    raise ToolError(f"{fn.__name__}: arguments must be valid Unicode text; "
+                                    f"{bad!r} holds a lone surrogate (undecodable bytes?)")
                 result = fn(self.binding, *args, **kwargs)
                 call.result_chars = len(json.dumps(result, ensure_ascii=False))
                 call.ids = _ids_in(result)
@@ -124,33 +136,58 @@ class ToolSession:
                 if call.error == str(exc):
                     raise
                 raise ToolError(call.error) from None
-            except TypeError as exc:
-                # A wrong argument name or count from the agent: say which, as a refusal.
-                call.error = _bounded(f"{fn.__name__}{inspect.signature(tool)}: {exc}",
-                                      self.binding.caps.max_error_chars)
-                raise ToolError(call.error) from None
             finally:
                 call.ms = round((time.perf_counter() - started) * 1000, 3)
                 self.log.calls.append(call)
 
-        tool.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        tool.__signature__ = agent_facing  # type: ignore[attr-defined]
         tool.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "b"}
         return tool
 
 
 def _bounded(message: str, limit: int) -> str:
     """``message`` cut to ``limit`` chars, its start and end kept: refusals quote the
-    agent's arguments mid-message and end on what is allowed."""
+    agent's arguments mid-message and end on what is allowed. Secrets are masked first
+    (``memory.runs.redact_text``): a key cut in half would no longer look like one."""
+    message = redact_text(message)
     if len(message) <= limit:
         return message
     half = (limit - len(MARK) - 2) // 2
     return f"{message[:half]} {MARK} {message[-half:]}"
 
 
+def _not_unicode(args: Any, limit: int = 10_000) -> str | None:
+    """The start of the first string in ``args`` that UTF-8 cannot encode (a lone
+    surrogate: SQLite and JSON transports refuse it), or None. Visits at most ``limit``
+    values, without recursion (an agent's JSON may nest thousands deep)."""
+    stack, seen = [args], 0
+    while stack and seen < limit:
+        value = stack.pop()
+        seen += 1
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return value[:40]
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+    return None
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 200
+_SHORT.maxlevel = 3
+
+
 def _loggable(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
               ) -> dict[str, Any]:
-    """The call's arguments by name, each cut short (a log, not a copy)."""
+    """The call's arguments by name, each cut short (a log, not a copy; reprlib keeps a
+    structure nested thousands deep from recursing)."""
     names = list(signature.parameters)[1:]
     named = dict(zip(names, args, strict=False)) | kwargs
-    return {k: (v if isinstance(v, int | float | bool | None) else repr(v)[:200])
+    # Redacted before it is cut: a key cut in half no longer looks like one.
+    return {k: (v if isinstance(v, int | float | bool | None) else _SHORT.repr(redact(v))[:200])
             for k, v in named.items()}

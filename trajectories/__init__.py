@@ -9,7 +9,7 @@ from .export import export_jsonl
 from .leakage import Leakage, measure
 from .provenance import code_version, git_commit
 from .recorder import Recorder
-from .redact import MASK, redact, redact_text
+from .redact import MASK, redact, redact_logs, redact_text
 
 __all__ = ["MASK", "Leakage", "Recorder", "code_version", "export_jsonl", "git_commit",
-           "measure", "redact", "redact_text"]
+           "measure", "redact", "redact_logs", "redact_text"]

@@ -31,7 +31,7 @@ from memstrata.memory.bank import active_strategies, embed_strategies
 from memstrata.memory.embed import Embedder, default_embedder
 from memstrata.memory.retrieval import Retriever
 from memstrata.memory.store import Store
-from memstrata.packers.context import ContextBuilder
+from memstrata.packers.context import EMPTY, ContextBuilder, check_sent
 from memstrata.programs.distill import Attempt
 from memstrata.programs.errors import ProgramParseError
 from memstrata.programs.executors import ExecutorRun, render_trajectory, run_executor
@@ -187,7 +187,7 @@ class Runner:
             with cfg.rollouts.sampling(handle, rollout):
                 run = run_executor(
                     task.question, session, handle, cfg.executor,
-                    context={"memory": ctx.text or "(none)"}, factory=self.factory,
+                    context={"memory": ctx.text or EMPTY}, factory=self.factory,
                     layers=tuple(cfg.layers), signature=suite.signature(),
                     tools=suite.tools(session, cfg.executor, cfg.mode))
             checks = suite.checks(task, run)
@@ -212,7 +212,9 @@ class Runner:
             tool_calls=sum(r.leakage.tool_calls for r, _, _ in attempts),
             context_chars=ctx.total_chars,
             layer_chars={ly: p.chars for ly, p in ctx.layers.items()},
-            budget_violations=ctx.violations,
+            # The build's own check, and the same bound against the prompts really sent.
+            budget_violations=[*ctx.violations, *check_sent(max(
+                r.context_in_prompt.get("memory", 0) for r, _, _ in attempts), ctx)],
             max_prompt_chars=max((max(r.leakage.context_chars_per_iteration, default=0)
                                   for r, _, _ in attempts), default=0),
             stdout_chars=sum(r.leakage.stdout_chars for r, _, _ in attempts),

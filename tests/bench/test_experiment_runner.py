@@ -134,12 +134,42 @@ def test_a_context_over_budget_is_counted_and_fails_the_command(
         adapter=dspy.JSONAdapter()), "dummy"))
     out = tmp_path / "cli-e5"
     assert main(["experiment", "E5", "--task-file", str(task_file), "--out", str(out)]) == 1
-    # Per task: the layer over its budget, one line for no id, the total over its bound.
-    assert json.loads(capsys.readouterr().out)["budget_violations"] == 3 * 3
+    # Per task: the layer over its budget, one line for no id, the total over its bound,
+    # and the prompt that carried it.
+    assert json.loads(capsys.readouterr().out)["budget_violations"] == 3 * 4
     results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     for r in results:
-        assert [v.split(":")[0] for v in r["budget_violations"]] == ["L2", "L2", "total"]
+        assert [v.split(":")[0] for v in r["budget_violations"]] == [
+            "L2", "L2", "total", "prompt"]
         assert "chars > budget 1200" in r["budget_violations"][0]
+
+
+def test_a_prompt_over_budget_is_a_violation_even_when_the_build_says_it_fits(
+        tmp_path: Path, task_file: Path, three: list[Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 21: the figure compared the build with itself and could not fail. Here the
+    # build reports itself in budget, but what reaches the model is not.
+    from memstrata.packers.context import ContextBuilder
+
+    real = ContextBuilder.build
+
+    def padded(self: ContextBuilder, *args: Any, **kwargs: Any) -> Any:
+        ctx = real(self, *args, **kwargs)
+        assert ctx.violations == []
+        return ctx.model_copy(update={"text": ctx.text + "\n" + "y" * (ctx.bound + 1)})
+
+    monkeypatch.setattr(ContextBuilder, "build", padded)
+    answers = [{"next_thought": "t", "next_tool_name": "finish", "next_tool_args": {}},
+               {"reasoning": "r", "sparql": "SELECT ?x WHERE { ?x ?p ?o } LIMIT 1"}] * 3
+    handle = wrap_lm(DummyLM(answers, adapter=dspy.JSONAdapter()), "dummy")
+    summary = Runner(load_config("E5"), OntologySuite(task_file), handle,
+                     tmp_path / "e5").run(progress=False)
+    assert summary.budget_violations == 3
+    results = [json.loads(line) for line in (tmp_path / "e5" / "results.jsonl").read_text()
+               .splitlines()]
+    for r in results:
+        [violation] = r["budget_violations"]
+        assert violation.startswith("prompt: ") and "> bound" in violation
 
 
 def _scripted_loop(three: list[Any], *, fail_first_rollout: bool = False):

@@ -53,7 +53,7 @@ def test_cli_leakage_and_tools(data: Path, tmp_path: Path, monkeypatch: pytest.M
 
     real = executors.interpreter_factory
     monkeypatch.setattr(executors, "interpreter_factory",
-                        lambda kind="sandbox", home=None: InProcessInterpreter
+                        lambda kind="sandbox", home=None, **_: InProcessInterpreter
                         if kind == "sandbox" else real(kind))
     out = tmp_path / "e7"
     assert main(["bench", "leakage", "--data", str(data), "--lm", NAME, "--limit", "2",

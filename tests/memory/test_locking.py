@@ -53,3 +53,58 @@ def test_a_writer_waits_for_another_process_lock(tmp_path) -> None:
         store.conn.execute("CREATE TABLE t (x)")
     assert time.perf_counter() - started >= 0.25  # it waited instead of failing
     store.close()
+
+
+# -- file faults (issue 21): one clear StoreError, the committed rows kept -----------------
+
+
+def test_a_full_store_raises_store_error_and_takes_writes_again(tmp_path) -> None:
+    """SQLite rolls a transaction back by itself on SQLITE_FULL; the ROLLBACK that
+    followed used to fail and hide the error ("cannot rollback - no transaction")."""
+    from memstrata.memory import FactItem, StoreError
+
+    store = Store.open(tmp_path / "s.db", embedder=None)
+    kept = store.add(FactItem(user_id="u", text="kept"))
+    pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
+    store.conn.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(StoreError, match="is full") as caught:
+        for n in range(500):
+            store.add(FactItem(user_id="u", text=f"fill {n} " + "x" * 3000))
+    assert isinstance(caught.value, sqlite3.DatabaseError)
+    assert caught.value.code == sqlite3.SQLITE_FULL and str(tmp_path) in str(caught.value)
+    assert not store.conn.in_transaction
+    store.conn.execute("PRAGMA max_page_count = 1073741823")
+    assert store.get("u", store.add(FactItem(user_id="u", text="after"))).text == "after"
+    assert store.get("u", kept).text == "kept"
+    store.close()
+
+
+def test_a_corrupt_or_foreign_file_raises_store_error(tmp_path) -> None:
+    from memstrata.memory import StoreError
+
+    path = tmp_path / "s.db"
+    path.write_bytes(b"this is not a database" * 300)
+    with pytest.raises(StoreError, match="not a SQLite store"):
+        Store.open(path)
+
+
+def test_a_damaged_stored_value_raises_store_error(tmp_path) -> None:
+    from memstrata.memory import StoreError, Turn
+
+    store = Store.open(tmp_path / "s.db", embedder=None)
+    [tid] = store.add_turns([Turn(user_id="u", conversation_id="c", session_id="s",
+                                  turn_id="t0", seq=0, speaker="A", text="hello")])
+    store.conn.execute("UPDATE turns SET event_time = '2026-13-45T99' WHERE id = ?", (tid,))
+    with pytest.raises(StoreError, match=r"corrupt.*unreadable"):
+        store.turn("u", tid)
+    store.conn.execute("UPDATE turns SET text = CAST(x'ff00' AS TEXT) WHERE id = ?", (tid,))
+    with pytest.raises(StoreError, match="corrupt"):
+        store.turn("u", tid)
+    store.close()
+
+
+def test_sql_mistakes_and_locks_are_not_translated() -> None:
+    from memstrata.memory.locking import store_error
+
+    assert store_error(sqlite3.OperationalError("near \"x\": syntax error"), "p") is None
+    assert store_error(ValueError("x"), "p") is None

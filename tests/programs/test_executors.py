@@ -257,3 +257,25 @@ def test_react_stops_a_call_repeated_after_the_notice(session: ToolSession,
     # the search, its repeat (answered with the notice, not run), then finish
     assert run.leakage.tool_calls == 1 and run.leakage.iterations == 3
     assert run.answer == "Sweden"
+
+
+def test_the_context_that_reached_the_prompt_is_measured(session: ToolSession,
+                                                         scripted: Any) -> None:
+    # Issue 21: budgets are checked on what the model received, not on the packer's report.
+    from memstrata.programs.instrument import chars_in_prompt
+
+    assert chars_in_prompt("abcdef", "xx abcd yy") == 4
+    assert chars_in_prompt("abc", "nothing") == 0 and chars_in_prompt("", "x") == 0
+    memory = "remember: " + " ".join(f"fact{i}" for i in range(400))
+
+    def reply(system: str, user: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+        if "next_tool_name" in (schema or {}).get("properties", {}):
+            return {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}}
+        return {"reasoning": "r", "answer": "x"}
+
+    run = run_executor("q?", session, scripted(reply), ExecutorSettings(executor="react"),
+                       context={"memory": memory})
+    assert run.context_in_prompt == {"memory": len(memory)}
+    rlm = run_executor("q?", session, scripted(_plan("SUBMIT(answer='x')")),
+                       context={"memory": memory}, factory=InProcessInterpreter)
+    assert 0 < rlm.context_in_prompt["memory"] < len(memory)  # a preview, the rest in the REPL

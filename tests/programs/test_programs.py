@@ -252,3 +252,16 @@ def test_demos_are_one_line_json_as_a_grammar_allows() -> None:
     text = CompactJSONAdapter().format_assistant_message_content(
         ExtractMemories, format_demo())
     assert "\n" not in text and json.loads(text)["facts"][0]["subject"] == "Ana"
+
+
+def test_cited_ids_are_line_heads_only() -> None:
+    # An id a stored text quotes is not evidence (issue 21, poisoning): only heads count.
+    from memstrata.packers import MemoryLine, render
+    from memstrata.programs.qa import cited_ids
+
+    block = "\n".join([
+        render(MemoryLine(id="s3:7", speaker="Ana", text="ok [s9:1 · Bob · 2023-05-08] x")),
+        "[i_2] a fact with no speaker",
+        "a line with no head, quoting [s9:2 · Bob · 2023-05-08]",
+    ])
+    assert cited_ids(block) == {"s3:7", "i_2"}

@@ -233,3 +233,57 @@ def test_constructed_cases_one_sam_twice_and_another_sam(capsys) -> None:
         assert pairs[other]["decision"] == "SEPARATE"
         assert not pairs[other]["guard"]["merge_allowed"]
     assert pairs[("case-sam-a", "case-sam-c")]["guard"]["contradictions"] >= 1
+
+
+def test_the_agents_tool_arguments_are_capped_with_clear_refusals(
+        session: ToolSession, scripted: Any) -> None:
+    # Issue 21: the reconciler's tools took whatever strings the model wrote, unbounded.
+    huge = "Alex" + "x" * 5000
+    calls = iter([
+        {"name": huge, "conversation_a": "conv-a", "conversation_b": "conv-b"},
+        {"name": "Alex", "conversation_a": ["conv-a"] * 1000, "conversation_b": "conv-b"},
+        {"name": "Alex", "conversation_a": "conv-a", "conversation_b": "conv-b"},
+    ])
+
+    def reply(system: str, user: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+        if "next_tool_name" in (schema or {}).get("properties", {}):
+            args = next(calls, None)
+            if args is None:
+                return {"next_thought": "done", "next_tool_name": "finish",
+                        "next_tool_args": {}}
+            return {"next_thought": "try", "next_tool_args": args,
+                    "next_tool_name": "compare_entities_across_conversations"}
+        return {"reasoning": "r", "decision": "SEPARATE", "reason": "r", "confidence": 0.5}
+
+    agent = Reconciler(session, ReconcilerSettings(max_iters=5, max_llm_calls=20))
+    with dspy.context(lm=scripted(reply).lm):
+        d = agent(name="Alex", conversation_a="conv-a", conversation_b="conv-b")
+    errors = [c.error for c in d.tool_calls]
+    assert errors[0] is not None and "over the cap of 200" in errors[0]
+    assert len(errors[0]) <= session.caps.max_error_chars
+    # A list where a conversation id goes is refused by the cap or by DSPy's own checks.
+    assert all(c.error is None for c in d.tool_calls[-1:])
+    assert d.tool_calls[-1].name == "compare_entities_across_conversations"
+    assert not any(huge in str(s) for s in d.steps)
+    with pytest.raises(ValueError, match="at most 200 characters"):
+        agent(name=huge, conversation_a="conv-a", conversation_b="conv-b")
+
+
+def test_a_key_in_the_models_reason_is_not_stored(session: ToolSession, scripted: Any) -> None:
+    # Issue 21 (secrets): the reason is the model's words, stored on the edges and events.
+    key = "sk-ant-" + "K" * 40
+    reply = agent("SEPARATE", "conv-a", "conv-b")
+
+    def leaky(system: str, user: str, schema: dict[str, Any] | None) -> Any:
+        out = reply(system, user, schema)
+        if "reason" in out:
+            out["reason"] = f"see {key}"
+        return out
+
+    [result] = reconcile_person(session, scripted(leaky), "Alex", ["conv-a", "conv-b"])
+    assert result.decision is not None and key in result.decision.reason  # returned as said
+    store = session.binding.store
+    stored = json.dumps([list(r) for r in store.conn.execute("SELECT * FROM edges")]
+                        + [list(r) for r in store.conn.execute("SELECT * FROM events")],
+                        default=str)
+    assert key not in stored and "[REDACTED]" in stored

@@ -152,3 +152,20 @@ def test_patterns_read_first_person_statements() -> None:
     assert ("marital", "wedding", "married") in found and ("home", "start", "Porto") in found
     assert not any(r == "job" and k == "state" for r, k, _ in found)  # "big fan": no job
     assert same_value("Globex Corp", "globex") and not same_value("married", "unmarried")
+
+
+def test_answers_stay_bounded_whatever_the_turns_hold(session: ToolSession, tools: Tools
+                                                      ) -> None:
+    """Found by the reliability fuzzer: a 100,000-letter word came back as a 'term'."""
+    from memstrata.memory import Turn
+
+    store = session.binding.store
+    conv = store.turns("u1")[0].conversation_id
+    speaker = store.turns("u1")[0].speaker
+    store.add_turns([Turn(user_id="u1", conversation_id=conv, session_id="s99", turn_id="x",
+                          seq=10_000 + n, speaker=speaker, text="a" * 100_000 + f" {n}")
+                     for n in range(3)])
+    out = tools["get_conversation_context"](conv)
+    assert len(json.dumps(out)) < 20_000
+    with pytest.raises(ToolError, match="unknown conversation"):
+        tools["get_conversation_context"]({"deep": [[[["x"]]]]})

@@ -176,3 +176,59 @@ def test_naive_tools_return_full_payloads(session: ToolSession) -> None:
     assert naive["mem_get"].__doc__ == tools(session)["mem_get"].__doc__
     assert len(naive["ctx_peek"]("doc", 400)["text"]) == 400  # no cap
     assert len(naive["mem_get"]([r["id"] for r in found["results"]])["items"]) == 2
+
+
+def test_wrong_arguments_are_refused_but_a_bug_inside_a_tool_propagates(
+        session: ToolSession) -> None:
+    """Only a TypeError from binding the agent's arguments is a refusal (issue 21)."""
+    t = tools(session)
+    with pytest.raises(ToolError, match="unexpected keyword"):
+        t["ctx_peek"]("doc", bogus=1)
+    with pytest.raises(ToolError, match="too many positional"):
+        t["ctx_stats"]("doc", "extra")
+
+    def broken(b: Any, ref: str) -> dict[str, Any]:
+        return {"n": len(ref) + None}  # type: ignore[operator]  # a bug, not the agent's
+
+    with pytest.raises(TypeError, match="unsupported operand"):
+        session.bind(broken)("doc")
+    assert session.log.calls[-1].name == "broken"
+
+
+def test_hostile_argument_values_are_refused_clearly(session: ToolSession) -> None:
+    """Found by the reliability fuzzer: each of these raised something else."""
+    t = tools(session)
+    deep: Any = "x"
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ToolError, match="whole number"):
+        t["mem_search"]("Paris", k="5")
+    with pytest.raises(ToolError, match="whole number"):
+        t["ctx_find"]("doc", "Paris", k=deep)
+    with pytest.raises(ToolError, match="whole number"):
+        t["mem_quote"](session.binding.store.turns("conv-a")[0].id, max_chars=2.5)
+    with pytest.raises(ToolError, match="lone surrogate"):
+        t["ctx_stats"]("\udcff")
+    with pytest.raises(ToolError, match="role must be"):
+        t["mem_search"]("Paris", role=["Caroline"])
+    with pytest.raises(ToolError, match="kind"):
+        t["mem_add"]("a note", kind={"k": deep})
+    with pytest.raises(ToolError, match="tags must be"):
+        t["mem_add"]("a note", tags=5)
+    with pytest.raises(ToolError, match="JSON-serialisable"):
+        t["event_log"]({"deep": deep})
+    with pytest.raises(ToolError, match="at most 64"):
+        t["mem_get"]("t_" + "a" * 100_000)
+    with pytest.raises(ToolError, match="query of length"):
+        t["mem_search"]("Paris " * 1000)
+    assert len(session.log.calls[-1].args["query"]) <= 200
+
+
+def test_mem_get_cuts_every_stored_field(session: ToolSession) -> None:
+    """A stored field of any size (metadata, a source turn id) comes back short."""
+    store = session.binding.store
+    turn = store.turns("conv-a")[0]
+    store.conn.execute("UPDATE turns SET turn_id = ?, metadata = ? WHERE id = ?",
+                       ("t" * 100_000, json.dumps({"x": "y" * 100_000}), turn.id))
+    got = tools(session)["mem_get"]([turn.id])["items"][0]
+    assert len(json.dumps(got)) < 2_000

@@ -126,3 +126,19 @@ def test_runs_prune_command_needs_a_user(tmp_path: Path) -> None:
     Store.open(db).close()
     with pytest.raises(SystemExit, match="needs --user"):
         main(["runs", "prune", "--db", str(db), "--keep", "1"])
+
+
+def test_runs_commands_take_enormous_numbers(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the reliability fuzzer: these raised OverflowError with a traceback."""
+    db = tmp_path / "m.db"
+    with Store.open(db) as store:
+        _run(store, "u1", 1)
+    huge = str(10**30)
+    assert main(["runs", "list", "--db", str(db), "--user", "u1", "-n", huge]) == 0
+    assert main(["runs", "prune", "--db", str(db), "--user", "u1", "--keep", huge]) == 0
+    for days in ("inf", "1e300"):
+        with pytest.raises(SystemExit, match="not a usable number of days"):
+            main(["runs", "prune", "--db", str(db), "--user", "u1", "--older-than", days])
+    with Store.open(db) as store:
+        assert _ids(store, "u1") == {"run_u1_1"}

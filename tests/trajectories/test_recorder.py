@@ -97,3 +97,102 @@ def test_leakage_figures() -> None:
     assert measure(context_chars=[], stdout_chars=0, variables_info_chars=0,
                    tool_return_sizes=[], large_return_threshold=1, sub_calls=0,
                    llm_calls=0).context_chars_mean == 0.0
+
+
+# Issue 21 (secrets): found by ``memstrata bench reliability --only secrets``.
+
+
+def test_any_value_under_a_secret_named_key_is_masked() -> None:
+    out = redact({"credentials": ["plainvalue1", "plainvalue2"], "pin_password": 123456,
+                  "token_count": 7, "auth": {"api_key": {"id": "x"}}, "api_key": None,
+                  "sk-" + "k" * 30: "a key used as a key"})
+    assert out["credentials"] == MASK and out["pin_password"] == MASK
+    assert out["token_count"] == 7 and out["auth"]["api_key"] == MASK and out["api_key"] is None
+    assert not any(k.startswith("sk-") for k in out)
+
+
+@pytest.mark.parametrize("text", [
+    "{'api_key': 'plainvalue99', 'n': 1}", '{"client_secret": "plainvalue99"}',
+    'password=plainvalue99 then', '{\\"api_key\\": \\"plainvalue99\\"}',
+    "Authorization: plainvalue99",
+])
+def test_a_secret_named_key_inside_text_is_masked(text: str) -> None:
+    from memstrata.trajectories import redact_text
+
+    assert "plainvalue99" not in redact_text(text)
+    assert redact_text("max_tokens: 256, input_tokens=12") == "max_tokens: 256, input_tokens=12"
+
+
+def test_the_event_log_is_stored_redacted_whoever_writes_it(store: Store) -> None:
+    # tools.event_log and the reconciler write events straight to the store.
+    key = "ghp_" + "E" * 36
+    store.runs.log_event("u1", {"note": f"use {key}", "api_key": "plainvalue77",
+                                "deep": [[{"password": "plainvalue77"}]]})
+    raw = store.conn.execute("SELECT payload FROM events").fetchone()[0]
+    assert key not in raw and "plainvalue77" not in raw and MASK in raw
+
+
+def test_run_rows_are_redacted_by_the_store_itself(store: Store) -> None:
+    # A caller that bypasses the Recorder still cannot store a key.
+    from datetime import UTC, datetime
+
+    from memstrata.memory.runs import RunRecord, StepRecord
+
+    key = "sk-proj-" + "R" * 40
+    run = RunRecord(id="r1", user_id="u1", program="p", task=key, config={"token": "abcdefgh"},
+                    started_at=datetime.now(UTC))
+    store.runs.start(run)
+    store.runs.add_steps("r1", [StepRecord(kind="tool", name="t", input=key, data={"k": key})])
+    store.runs.set_verdict("u1", "r1", {"why": key})
+    dumped = json.dumps([r for r in store.conn.execute("SELECT * FROM runs").fetchall()]
+                        + [r for r in store.conn.execute("SELECT * FROM run_steps").fetchall()])
+    assert key not in dumped and "abcdefgh" not in dumped
+    assert store.runs.get("u1", "r1") is not None  # ids and tenants are left alone
+
+
+def test_a_key_is_masked_before_a_preview_cuts_it(store: Store) -> None:
+    # The tool log cuts an argument to 200 chars and a refusal to 600: cut first, a key
+    # that straddles the cut would be kept in part, no longer looking like a key.
+    from memstrata.tools import ToolError, ToolSession
+
+    key = "gho_" + "Q" * 36
+    session = ToolSession(store, "u1")
+    tools = {t.__name__: t for t in session.handle_tools()}
+    with pytest.raises(ToolError) as refused:  # the key straddles the refusal's cut
+        tools["mem_search"]("x" * 185 + " " + key, role="x" * 266 + f" {key} " + "y" * 400)
+    assert "gho_QQQQ" not in str(refused.value)
+    logged = json.dumps([c.model_dump() for c in session.log.calls])
+    assert "QQQQQQQQQQQQQQQQ" not in logged
+
+
+def test_log_records_are_redacted_once_a_model_is_set_up(caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    import logging
+
+    from memstrata.trajectories import redact_logs
+
+    redact_logs()
+    redact_logs()  # idempotent
+    key = "hf_" + "L" * 30
+    with caplog.at_level(logging.DEBUG, logger="some.library"):
+        logging.getLogger("some.library").debug("sending %s with %s", key, {"api_key": "pv1234567"})
+        try:
+            raise RuntimeError(f"refused {key}")
+        except RuntimeError:
+            logging.getLogger("some.library").exception("failed")
+    text = caplog.text
+    assert key not in text and "pv1234567" not in text and "refused [REDACTED]" in text
+
+
+def test_redaction_takes_linear_time_on_hostile_text() -> None:
+    """Found by the reliability fuzzer: a key name unbounded on both sides made a run of
+    10,000 letters take 15 s (every tool call redacts its arguments)."""
+    import time
+
+    from memstrata.memory.runs import redact_text
+
+    started = time.perf_counter()
+    for text in ("a" * 1_000_000, "token" * 200_000, "x_" * 500_000):
+        redact_text(text)
+    assert time.perf_counter() - started < 5
+    assert redact_text("my_api_key=abc123") == "my_api_key=[REDACTED]"
