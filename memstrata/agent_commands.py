@@ -83,7 +83,9 @@ def executor_settings_from_args(args: argparse.Namespace):
         "executor": ("executor", args.executor), "interpreter": ("interpreter", args.interpreter),
         "max-iters": ("max_iters", args.max_iters),
         "max-llm-calls": ("max_llm_calls", args.max_llm_calls),
-        "max-output-chars": ("max_output_chars", args.max_output_chars)})
+        "max-output-chars": ("max_output_chars", args.max_output_chars),
+        "sandbox-time-s": ("sandbox_time_s", args.sandbox_time_s),
+        "sandbox-memory-mb": ("sandbox_memory_mb", args.sandbox_memory_mb)})
 
 
 def caps_from_json(raw: str | None):

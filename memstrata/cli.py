@@ -312,6 +312,12 @@ def _add_executor_args(p: argparse.ArgumentParser, max_output_chars: int) -> Non
     p.add_argument("--max-output-chars", type=int, default=max_output_chars,
                    help=f"printed output shown back per step (default {max_output_chars:,})")
     p.add_argument("--caps", help='tool caps as JSON, e.g. \'{"max_get": 3}\' (see ToolCaps)')
+    p.add_argument("--sandbox-time-s", type=float, default=30.0, metavar="S",
+                   help="a sandbox step running longer (host tool time aside) is stopped "
+                   "with a recorded error (default 30)")
+    p.add_argument("--sandbox-memory-mb", type=int, default=1024, metavar="MB",
+                   help="memory one sandbox step may take before it is stopped (default "
+                   "1024, at least 256)")
 
 
 def build_parser() -> argparse.ArgumentParser:

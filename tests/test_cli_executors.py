@@ -77,6 +77,18 @@ def test_caps_flag_is_validated(db: Path) -> None:
         main(["rlm", "q?", "--user", "conv-1", "--db", str(db), "--caps", '{"max_get": 0}'])
 
 
+def test_sandbox_limit_flags_reach_the_settings_and_are_validated(db: Path) -> None:
+    from memstrata.agent_commands import executor_settings_from_args
+    from memstrata.cli import build_parser
+
+    args = build_parser().parse_args(["rlm", "q?", "--user", "conv-1", "--sandbox-time-s", "5",
+                                      "--sandbox-memory-mb", "512"])
+    limits = executor_settings_from_args(args).sandbox_limits()
+    assert (limits.time_s, limits.memory_mb) == (5.0, 512)
+    with pytest.raises(SystemExit, match="--sandbox-memory-mb"):
+        main(["rlm", "q?", "--user", "conv-1", "--db", str(db), "--sandbox-memory-mb", "100"])
+
+
 def test_search_takes_iso_dates_and_refuses_others_clearly(
         db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["search", "guinea pig", "--user", "conv-1", "--db", str(db), "--no-dense",
