@@ -600,6 +600,18 @@ def _setup(ctx: Context) -> tuple[Tenants, list[Any], list[Path], dict[str, Any]
     return tenants, before, files, _strategies(tenants, ctx.work), Tally()
 
 
+def _finish(result: Scenario, tally: Tally, tenants: Tenants, before: list[Any],
+            started: float, ctx: Context, cap_s: float, label: str) -> Scenario:
+    """The checks every fuzz run ends with (memory bound, tenants untouched), its figures,
+    and one note per target (``label`` names what a target is)."""
+    _memory_bound(result, tally)
+    _tenant_checks(result, tenants, before)
+    result.figures = {**tally.figures(started), "seed": ctx.seed, "cap_s": cap_s}
+    for target, row in sorted(tally.calls.items()):
+        result.note(**{label: target}, **row)
+    return result
+
+
 def hostile_tools(ctx: Context) -> Scenario:
     """Fuzz every handle tool, every personal tool and every ``Memory`` method."""
     from memstrata.tools import ToolSession, personal_tools
@@ -650,12 +662,7 @@ def hostile_tools(ctx: Context) -> Scenario:
         _drive(ctx, result, ctx.sized(300, 40_000), body)
     finally:
         memory.close()
-    _memory_bound(result, tally)
-    _tenant_checks(result, tenants, before)
-    result.figures = {**tally.figures(started), "seed": ctx.seed, "cap_s": TOOL_CAP_S}
-    for target, row in sorted(tally.calls.items()):
-        result.note(target=target, **row)
-    return result
+    return _finish(result, tally, tenants, before, started, ctx, TOOL_CAP_S, "target")
 
 
 def param_hints(method: Callable[..., Any]) -> dict[str, Any]:
@@ -905,12 +912,7 @@ def hostile_cli(ctx: Context) -> Scenario:
         _drive(ctx, result, ctx.sized(150, 20_000), body)
     finally:
         os.chdir(home)
-    _memory_bound(result, tally)
-    _tenant_checks(result, tenants, before)
-    result.figures = {**tally.figures(started), "seed": ctx.seed, "cap_s": CLI_CAP_S}
-    for target, row in sorted(tally.calls.items()):
-        result.note(command=target, **row)
-    return result
+    return _finish(result, tally, tenants, before, started, ctx, CLI_CAP_S, "command")
 
 
 SCENARIOS: dict[str, Callable[[Context], Scenario]] = {

@@ -79,7 +79,7 @@ TENANT_A, TENANT_B = "tenant-a", "tenant-b"
 class Attempt:
     """One kind of escape attempt.
 
-    ``code`` is Python for the sandbox, with ``%%name%%`` placeholders the probe fills
+    ``code`` is Python for the sandbox, with ``%%name%%`` fields the probe fills
     (paths, ports, tenant B's ids: never a marker's value). ``TOKEN`` is a variable the
     harness injects; code that got through prints ``"ESCAPED:" + TOKEN``. ``expect``:
     ``blocked`` (any outcome but an escape), ``stopped`` (must end with an error within
@@ -560,7 +560,7 @@ class Probe:
             self.secrets_shown["Pyodide folder"] = max(lines, key=len).strip()
 
     def values(self) -> dict[str, str]:
-        """The placeholders' values (paths, ports, ids: never a marker)."""
+        """The ``%%name%%`` fields' values (paths, ports, ids: never a marker)."""
         t = self.tenants
         return {"secret": str(self.secret), "secret_name": self.secret.name,
                 "hostdir": str(self.hostdir), "victim": str(self.victim),
@@ -573,7 +573,7 @@ class Probe:
                 "a_key": t.a_key}
 
     def fill(self, code: str) -> str:
-        """``code`` with its ``%%name%%`` placeholders filled."""
+        """``code`` with its ``%%name%%`` fields filled."""
         values = self.values()
 
         def one(match: re.Match[str]) -> str:
