@@ -10,7 +10,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    model_validator,
+)
 
 
 def utcnow() -> datetime:
@@ -119,6 +126,10 @@ class Item(_Model):
     updated_at: UTCDateTime | None = None
 
     BASE_FIELDS: ClassVar[frozenset[str]] = frozenset()  # filled in below
+    #: Bookkeeping fields (use counters): changing only these makes no new version.
+    UNVERSIONED: ClassVar[frozenset[str]] = frozenset()
+    #: Fields that scope an item: equal texts in two scopes are two items, not duplicates.
+    SCOPE: ClassVar[tuple[str, ...]] = ()
 
 
     def data(self) -> dict[str, Any]:
@@ -150,45 +161,101 @@ class FactItem(Item):
 
 
 class SemanticItem(Item):
-    """General knowledge about the user or the world, not tied to one episode."""
+    """General knowledge about the user or the world, not tied to one episode.
+
+    ``concept`` is what the fact is about (a name, a topic); ``title`` repeats it so the
+    lexical index finds it. ``source`` says where it was learned.
+    """
 
     kind: Literal["semantic"] = "semantic"
+    concept: str = ""
 
 
 class EpisodicItem(Item):
-    """A summary of something that happened (an event, a session)."""
+    """Something that happened (an event, a session, an article read, a task done).
+
+    ``source_label`` names where it came from, ``temporal_index`` orders episodes of one
+    tenant, ``compressed`` is set once a ``consolidated`` item summarises it (the episode
+    is kept, never deleted).
+    """
 
     kind: Literal["episodic"] = "episodic"
     session_id: str | None = None
+    source_label: str = ""
+    temporal_index: int = 0
+    compressed: bool = False
 
 
 class ProceduralItem(Item):
-    """How to do something: ordered steps."""
+    """How to do something: ordered ``steps``, the ``prerequisites`` to know first, and
+    ``usage_count``, the times it was recalled (procedures used more rank first)."""
 
     kind: Literal["procedural"] = "procedural"
     steps: list[str] = Field(default_factory=list)
+    prerequisites: list[str] = Field(default_factory=list)
+    usage_count: int = Field(default=0, ge=0)
+
+    UNVERSIONED: ClassVar[frozenset[str]] = frozenset({"usage_count"})
+
+
+ProspectiveStatus = Literal["pending", "triggered", "resolved"]
 
 
 class ProspectiveItem(Item):
-    """Something to do or expect later; ``event_time`` is when it is due."""
+    """An intention: do ``action`` when ``trigger_keywords`` appear in new input or when
+    ``trigger_at`` passes. ``status`` goes pending -> triggered -> resolved; ``event_time``
+    is when it is due, where that is known."""
 
     kind: Literal["prospective"] = "prospective"
-    done: bool = False
+    trigger_keywords: list[str] = Field(default_factory=list)
+    trigger_at: UTCDateTime | None = None
+    action: str = ""
+    priority: int = 0
+    status: ProspectiveStatus = "pending"
+    triggered_by: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_done(cls, data: Any) -> Any:
+        # Rows written before ``status`` carried ``done``: read them as resolved/pending.
+        if isinstance(data, dict) and "done" in data:
+            data = dict(data)
+            done = data.pop("done")
+            data.setdefault("status", "resolved" if done else "pending")
+        return data
+
+
+WorkingSlot = Literal["question", "retrieved_fact", "reasoning_step", "context", "plan",
+                      "evaluation"]
+WORKING_SLOTS: tuple[str, ...] = WorkingSlot.__args__  # type: ignore[attr-defined]
 
 
 class WorkingItem(Item):
-    """Short-lived task state; dropped after ``expires_at``."""
+    """Short-lived task state: one ``slot`` of the task ``task_id``, with a ``relevance``
+    that decides eviction at capacity. Dropped when the task completes or after
+    ``expires_at``."""
 
     kind: Literal["working"] = "working"
     expires_at: UTCDateTime | None = None
+    task_id: str = ""
+    slot: WorkingSlot | None = None
+    relevance: float = Field(default=0.5, ge=0.0, le=1.0)
+
+    SCOPE: ClassVar[tuple[str, ...]] = ("task_id",)
 
 
 class SensoryItem(Item):
-    """A perception kept as text (an image caption, a sound description)."""
+    """A raw observation kept as text (a message, an image caption, a sound): buffered
+    until ``expires_at``, in ``observation_order``, unless attended to (``attended``)."""
 
     kind: Literal["sensory"] = "sensory"
     modality: str = "image"
     uri: str | None = None
+    observation_order: int = 0
+    expires_at: UTCDateTime | None = None
+    attended: bool = False
+
+    SCOPE: ClassVar[tuple[str, ...]] = ("observation_order",)  # raw input: never merged
 
 
 class StrategyItem(Item):
@@ -199,6 +266,8 @@ class StrategyItem(Item):
     polarity: Literal["success", "failure"] = "success"
     uses: int = 0
     wins: int = 0
+
+    UNVERSIONED: ClassVar[frozenset[str]] = frozenset({"uses", "wins"})
 
 
 class PersonaItem(Item):

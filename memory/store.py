@@ -95,9 +95,14 @@ def _new_id(prefix: str) -> str:
 
 
 def content_hash(item: Item) -> str:
-    """Exact-duplicate key: kind, speaker, subject person and whitespace/case-folded text."""
+    """Exact-duplicate key: kind, speaker, subject person, scope (``Item.SCOPE``) and
+    whitespace/case-folded text."""
     folded = " ".join(item.text.casefold().split())
-    key = json.dumps([item.kind, item.speaker or "", item.about or "", folded])
+    parts = [item.kind, item.speaker or "", item.about or "", folded]
+    scope = [str(getattr(item, name) or "") for name in item.SCOPE]
+    if any(scope):  # unscoped rows keep the key they always had
+        parts.append(scope)
+    key = json.dumps(parts)
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -1466,6 +1471,8 @@ def _nbytes(value: Any) -> int:
 
 def _versioned(item: Item) -> tuple[Any, ...]:
     """What makes a new version of an item: its content and validity. Merging tags,
-    evidence or confidence (an exact duplicate arriving again) keeps the version."""
+    evidence or confidence (an exact duplicate arriving again) or bumping a use counter
+    (``Item.UNVERSIONED``) keeps the version."""
+    data = {k: v for k, v in item.data().items() if k not in item.UNVERSIONED}
     return (item.text, item.title, item.speaker, item.about, item.event_time, item.valid_to,
-            json.dumps(item.data(), sort_keys=True, default=str))
+            json.dumps(data, sort_keys=True, default=str))

@@ -25,6 +25,7 @@ from memstrata.agent_commands import (
     model_from_args,
 )
 from memstrata.chat_commands import cmd_chat, cmd_facts
+from memstrata.cognitive_commands import add_cognitive_parsers
 from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
 from memstrata.memory_commands import add_memory_parsers
@@ -576,6 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work", help="write the scenarios' stores here and keep them "
                    "(default: a temporary folder, removed after)")
     p.set_defaults(func=cmd_bench_reliability)
+    add_cognitive_parsers(sub, bsub)
     return parser
 
 

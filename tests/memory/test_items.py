@@ -38,7 +38,7 @@ SAMPLES: list[Item] = [
     EpisodicItem(user_id=U, text="Melanie ran a charity race for mental health",
                  session_id="session_2", event_time=datetime(2023, 5, 20, 9, 0, tzinfo=UTC)),
     ProceduralItem(user_id=U, text="How to glaze a pot", steps=["clean", "dip", "fire"]),
-    ProspectiveItem(user_id=U, text="Call the adoption agency", done=True,
+    ProspectiveItem(user_id=U, text="Call the adoption agency", status="resolved",
                     event_time=datetime(2023, 6, 1, tzinfo=UTC)),
     WorkingItem(user_id=U, text="Currently comparing flights to Rome",
                 expires_at=datetime(2023, 6, 2, 12, 30, tzinfo=UTC)),

@@ -1,0 +1,160 @@
+"""The adaptive reasoner's control flow, per intent, with a scripted LM."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import dspy
+import pytest
+from memstrata.memory import Store
+from memstrata.memory.cognitive import CognitiveMemory
+from memstrata.programs.reasoning import (
+    AdaptiveReasoner,
+    ReasoningTrace,
+    apply_calculation,
+    question_anchors,
+    render_facts,
+    uncovered,
+)
+
+U = "reader"
+
+
+def _when(day: int) -> datetime:
+    return datetime(2026, 2, day, tzinfo=UTC)
+
+
+@pytest.fixture
+def mind() -> CognitiveMemory:
+    store = Store.open(":memory:", embedder=None)
+    mind = CognitiveMemory(store, U)
+    mind.read("Team Aurora had 5 gold medals after day 7. Team Borealis had 3 gold medals.",
+              title="Day 7 standings", source="Nordic Herald", when=_when(7))
+    mind.read("Team Aurora had 9 gold medals after day 10. Team Borealis had 4 gold medals.",
+              title="Day 10 standings", source="Nordic Herald", when=_when(10))
+    return mind
+
+
+class Script:
+    """Replies per program (told apart by their instructions), and what each was shown."""
+
+    def __init__(self, intent: str, *, answer: str = "9", expression: str = "",
+                 sufficient: bool = True, queries: tuple[str, ...] = ("Aurora gold",)) -> None:
+        self.intent, self.answer, self.expression = intent, answer, expression
+        self.sufficient, self.queries = sufficient, list(queries)
+        self.seen: dict[str, list[str]] = {}
+
+    def __call__(self, system: str, user: str, schema: Any) -> dict[str, Any]:
+        for key, reply in (
+                ("Classify what answering", {"intent": self.intent}),
+                ("Write short keyword search queries", {"queries": self.queries}),
+                ("Decide whether the numbered facts", {
+                    "sufficient": self.sufficient, "missing": "", "queries": []}),
+                ("Answer the question from the numbered facts", {
+                    "answer": self.answer, "expression": self.expression, "used": [1, 2]})):
+            if system.startswith(key):
+                self.seen.setdefault(key, []).append(user)
+                return reply
+        raise AssertionError(f"unexpected program: {system[:60]}")
+
+
+def _run(scripted: Callable[..., Any], mind: CognitiveMemory, script: Script,
+         question: str) -> tuple[dspy.Prediction, int]:
+    handle = scripted(script)
+    with dspy.context(lm=handle.lm):
+        pred = AdaptiveReasoner()(question=question, mind=mind)
+    return pred, handle.meter.since(0).calls
+
+
+def test_simple_recall_is_one_pass_with_two_calls(scripted: Callable[..., Any],
+                                                  mind: CognitiveMemory) -> None:
+    pred, calls = _run(scripted, mind, Script("simple_recall"),
+                       "How many gold medals did Team Aurora have after day 10?")
+    trace: ReasoningTrace = pred.trace
+    assert (trace.steps, calls, pred.answer) == (1, 2, "9")
+    assert trace.rounds[0].sufficient is None  # no evaluation on a one-pass question
+    assert trace.slots_written >= 3  # question, retrieved facts, the step
+    assert mind.working.tasks() == []  # cleared after the answer
+    episodes = mind.episodic.episodes()
+    assert any(e.source_label == "task" and "Aurora" in e.text for e in episodes)
+
+
+def test_math_answer_is_computed_by_the_calculator(scripted: Callable[..., Any],
+                                                   mind: CognitiveMemory) -> None:
+    script = Script("mathematical_computation", answer="Team Aurora gained 5 golds",
+                    expression="9 - 5")
+    pred, calls = _run(scripted, mind, script,
+                       "How many more gold medals did Team Aurora have after day 10 than "
+                       "after day 7?")
+    trace = pred.trace
+    assert pred.answer == "Team Aurora gained 4 golds"
+    assert (trace.recomputed, trace.value, trace.expression) == (1, "4", "9 - 5")
+    assert trace.steps == 1 and calls == 4  # intent, plan, evaluate, answer
+
+
+def test_uncovered_anchor_forces_another_round(scripted: Callable[..., Any]) -> None:
+    store = Store.open(":memory:", embedder=None)
+    mind = CognitiveMemory(store, U)
+    mind.read("Team Aurora had 5 gold medals after day 7.", source="Herald", when=_when(7))
+    mind.read("Ski jumper Ola Berg landed 140 metres.", source="Post", when=_when(8))
+    script = Script("temporal_comparison", sufficient=True, queries=("Aurora medals",))
+    pred, _ = _run(scripted, mind, script,
+                   "How many gold medals did Team Aurora gain between day 7 and day 12?")
+    trace = pred.trace
+    first = trace.rounds[0]
+    assert first.model_sufficient is True and first.uncovered == ["day 12"]
+    assert first.sufficient is False  # the model said yes; the rule said no
+    assert trace.steps == 2 and trace.refined_queries == 1
+    assert trace.rounds[1].queries == ["day 12"]
+
+
+def test_allowance_caps_the_rounds(scripted: Callable[..., Any],
+                                   mind: CognitiveMemory) -> None:
+    script = Script("multi_source_synthesis", sufficient=False, queries=("q1", "q2"))
+    # The evaluation keeps asking for more but never names new queries: one refinement
+    # comes from the rule alone (the uncovered anchor), then the allowance (2) ends it.
+    pred, _ = _run(scripted, mind, script,
+                   "Which team had more gold medals on day 99, Aurora or Borealis?")
+    assert pred.trace.steps == pred.trace.allowance == 2
+
+
+def test_contradiction_shows_both_sides_newer_marked(scripted: Callable[..., Any]) -> None:
+    store = Store.open(":memory:", embedder=None)
+    mind = CognitiveMemory(store, U)
+    mind.read("The Fjellheim Cup final drew 4.1 million viewers.", source="NRK",
+              when=_when(3))
+    mind.read("The Fjellheim Cup final drew 3.6 million viewers.", source="Medietall",
+              when=_when(5))
+    script = Script("contradiction_resolution", answer="4.1 million (NRK), 3.6 million")
+    pred, _ = _run(scripted, mind, script, "How many viewers watched the Fjellheim Cup final?")
+    assert pred.trace.intent == "contradiction_resolution"
+    shown = script.seen["Answer the question from the numbered facts"][0]
+    assert "4.1 million" in shown and "3.6 million" in shown
+    assert "this report is newer" in shown and "this report is older" in shown
+
+
+def test_question_anchors_and_uncovered() -> None:
+    anchors = question_anchors("How many golds did Team Aurora win between day 7 and day 10?")
+    assert anchors == ["day 7", "day 10", "Team Aurora"]
+    assert question_anchors("Which team had 5 golds on Day 3?") == ["5", "Day 3"]
+    store = Store.open(":memory:", embedder=None)
+    mind = CognitiveMemory(store, U)
+    mind.read("Team Aurora won on day 7.", source="Herald", when=_when(7))
+    facts = mind.recall("Team Aurora day 7")
+    assert uncovered(["day 7", "day 10", "Team Aurora"], facts) == ["day 10"]
+    assert "Herald" in render_facts(facts)
+
+
+def test_a_bad_expression_keeps_the_answer() -> None:
+    trace = ReasoningTrace(task_id="t", intent="mathematical_computation", allowance=3)
+    assert apply_calculation("about 12", "__import__('os')", trace) == "about 12"
+    assert trace.calculator_error and trace.recomputed == 0
+    assert apply_calculation("12 and 3", "12 - 3", trace) == "12 and 3 (12 - 3 = 9)"
+    assert trace.recomputed == 1
+
+
+def test_empty_question_is_refused(mind: CognitiveMemory) -> None:
+    with pytest.raises(ValueError, match="empty"):
+        AdaptiveReasoner()(question="  ", mind=mind)
