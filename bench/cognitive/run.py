@@ -136,7 +136,9 @@ def _answer(system: str, handle: ModelHandle, judge: ModelHandle | None, store: 
             if system == "cognitive":
                 pred = reasoner(question=question.question, mind=mind)
                 answer, trace = pred.answer, pred.trace
-                rec.step("trace", "reasoner", output=trace.model_dump(mode="json"))
+                # As data, not output: a step's output is cut to a preview.
+                rec.step("trace", "reasoner", output=answer,
+                         data=trace.model_dump(mode="json"))
             else:
                 pred = plain(question=question.question, store=store, retriever=retriever,
                              user_id=plain_user)

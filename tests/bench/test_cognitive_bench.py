@@ -42,12 +42,18 @@ def _reply(system: str, user: str, schema: Any) -> dict[str, Any]:
         return {"intent": "temporal_comparison" if "gain" in user else "simple_recall"}
     if system.startswith("Write short keyword"):
         return {"queries": ["Aldervik gold medals"]}
+    if system.startswith("Break the question"):
+        return {"subquestions": ["Aldervik golds after day 7?", "Aldervik golds after day 10?"],
+                "expression": "v2 - v1"}
+    if system.startswith("Answer with the one number"):
+        return {"value": "7" if "day 7" in user.split("Question:")[-1] else "11"}
     if system.startswith("Decide whether"):
         return {"sufficient": True, "missing": "", "queries": []}
     if system.startswith("Answer the question from the numbered facts"):
         if "gain" in user:  # the model's arithmetic is wrong; the calculator fixes it
-            return {"answer": "Aldervik gained 5", "expression": "11 - 7", "used": [1, 2]}
-        return {"answer": "6", "expression": "", "used": [1]}
+            return {"operands": ["Aldervik golds day 7 = 7 [1]", "day 10 = 11 [2]"],
+                    "expression": "11 - 7", "answer": "Aldervik gained 5", "used": [1, 2]}
+        return {"operands": [], "expression": "", "answer": "6", "used": [1]}
     if system.startswith("Answer the question in a few words from the numbered passages"):
         return {"answer": "5" if "gain" in user else "6"}
     raise AssertionError(system[:50])
@@ -69,7 +75,8 @@ def test_bench_writes_the_documented_shape(scripted: Callable[..., Any], tmp_pat
     assert saved["runs"] == 2 and set(saved["levels"]) == {"L1", "L3"}
     l3 = saved["levels"]["L3"]
     assert (l3["score"], l3["baseline"]) == (1.0, 0.0)  # the calculator's correction
-    assert l3["llm_calls"] == 4 and l3["baseline_llm_calls"] == 1
+    # intent, decompose, evaluate, two values, answer
+    assert l3["llm_calls"] == 6 and l3["baseline_llm_calls"] == 1
     assert saved["levels"]["L1"]["steps_per_question"] == 1.0
     meta = saved["metacognition"]
     assert set(meta) >= {"effort_calibration", "sufficiency_accuracy", "search_quality",
@@ -84,7 +91,7 @@ def test_bench_writes_the_documented_shape(scripted: Callable[..., Any], tmp_pat
     with Store.open(out / "cognitive_run2.db", embedder=None) as store:
         recorded = store.runs.list("cognitive:L3")
         assert [r.program for r in recorded] == ["cognitive.cognitive"]
-        assert recorded[0].usage["calls"] == 4 and recorded[0].verdict["score"] == 1.0
+        assert recorded[0].usage["calls"] == 6 and recorded[0].verdict["score"] == 1.0
 
 
 def test_unknown_level_and_bad_runs_are_refused(scripted: Callable[..., Any], tmp_path: Path,

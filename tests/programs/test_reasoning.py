@@ -41,19 +41,28 @@ class Script:
     """Replies per program (told apart by their instructions), and what each was shown."""
 
     def __init__(self, intent: str, *, answer: str = "9", expression: str = "",
-                 sufficient: bool = True, queries: tuple[str, ...] = ("Aurora gold",)) -> None:
+                 sufficient: bool = True, queries: tuple[str, ...] = ("Aurora gold",),
+                 combine: str = "v2 - v1", values: tuple[str, ...] = ("5", "9")) -> None:
         self.intent, self.answer, self.expression = intent, answer, expression
         self.sufficient, self.queries = sufficient, list(queries)
+        self.combine, self.values = combine, list(values)
         self.seen: dict[str, list[str]] = {}
 
     def __call__(self, system: str, user: str, schema: Any) -> dict[str, Any]:
+        reads = len(self.seen.get("Answer with the one number", []))
         for key, reply in (
                 ("Classify what answering", {"intent": self.intent}),
                 ("Write short keyword search queries", {"queries": self.queries}),
+                ("Break the question into simple questions", {
+                    "subquestions": [f"{q}?" for q in self.queries], "expression":
+                    self.combine}),
+                ("Answer with the one number", {
+                    "value": self.values[reads % len(self.values)]}),
                 ("Decide whether the numbered facts", {
                     "sufficient": self.sufficient, "missing": "", "queries": []}),
                 ("Answer the question from the numbered facts", {
-                    "answer": self.answer, "expression": self.expression, "used": [1, 2]})):
+                    "operands": [], "expression": self.expression, "answer": self.answer,
+                    "used": [1, 2]})):
             if system.startswith(key):
                 self.seen.setdefault(key, []).append(user)
                 return reply
@@ -84,14 +93,31 @@ def test_simple_recall_is_one_pass_with_two_calls(scripted: Callable[..., Any],
 def test_math_answer_is_computed_by_the_calculator(scripted: Callable[..., Any],
                                                    mind: CognitiveMemory) -> None:
     script = Script("mathematical_computation", answer="Team Aurora gained 5 golds",
-                    expression="9 - 5")
+                    expression="9 + 5", queries=("Aurora golds day 7", "Aurora golds day 10"))
     pred, calls = _run(scripted, mind, script,
                        "How many more gold medals did Team Aurora have after day 10 than "
                        "after day 7?")
     trace = pred.trace
+    # The sub-questions' values, combined by the calculator, decide the number: the
+    # model's own expression (9 + 5) and its stated 5 are overruled.
+    assert trace.subquestions == ["Aurora golds day 7?", "Aurora golds day 10?"]
+    assert trace.subvalues == ["5", "9"]
     assert pred.answer == "Team Aurora gained 4 golds"
     assert (trace.recomputed, trace.value, trace.expression) == (1, "4", "9 - 5")
-    assert trace.steps == 1 and calls == 4  # intent, plan, evaluate, answer
+    shown = script.seen["Answer the question from the numbered facts"][0]
+    assert "9 - 5 = 4" in shown  # the computation is handed to the answer step
+    # intent, decompose, evaluate, two values, answer
+    assert trace.steps == 1 and calls == 6
+
+
+def test_a_missing_value_falls_back_to_the_models_expression(
+        scripted: Callable[..., Any], mind: CognitiveMemory) -> None:
+    script = Script("mathematical_computation", answer="7", expression="9 - 5",
+                    values=("no idea",))
+    pred, _ = _run(scripted, mind, script,
+                   "How many more gold medals did Team Aurora have after day 10 than "
+                   "after day 7?")
+    assert pred.trace.subvalues == ["no idea"] and pred.answer == "4"
 
 
 def test_uncovered_anchor_forces_another_round(scripted: Callable[..., Any]) -> None:
@@ -158,3 +184,31 @@ def test_a_bad_expression_keeps_the_answer() -> None:
 def test_empty_question_is_refused(mind: CognitiveMemory) -> None:
     with pytest.raises(ValueError, match="empty"):
         AdaptiveReasoner()(question="  ", mind=mind)
+
+
+def test_incremental_update_sees_facts_in_date_order(scripted: Callable[..., Any]) -> None:
+    store = Store.open(":memory:", embedder=None)
+    mind = CognitiveMemory(store, U)
+    mind.read("Sander Quist now holds the record alone with 10 titles.", source="Courier",
+              when=_when(14))
+    mind.read("Sander Quist equalled the record of 9 titles.", source="Wire", when=_when(8))
+    script = Script("incremental_update", answer="10")
+    pred, calls = _run(scripted, mind, script, "How many titles does Sander Quist hold?")
+    shown = script.seen["Answer the question from the numbered facts"][0]
+    assert shown.index("9 titles") < shown.index("10 titles")  # oldest first
+    assert pred.trace.steps == 1 and calls == 4  # the names were found: one round
+    assert "Answer with the newest value" in shown and pred.answer == "10"
+
+
+def test_lifecycle_work_costs_no_llm_call(scripted: Callable[..., Any]) -> None:
+    handle = scripted(Script("simple_recall"))
+    with dspy.context(lm=handle.lm):
+        mind = CognitiveMemory(Store.open(":memory:", embedder=None), U)
+        mind.prospective.intend("Ask about skiing", keywords=["skiing"])
+        mind.read("1. Wax the skis. 2. Clip in. The skiing season opened on Monday.",
+                  source="Guide", when=_when(2))
+        mind.recall("skiing season")
+        mind.working.push("t", "plan", "check the season")
+        mind.working.complete("t", outcome="done")
+        mind.maintain()
+    assert handle.meter.since(0).calls == 0
