@@ -10,8 +10,11 @@ evicted is gone); the finished task becomes an episode and its slots are cleared
 Two checks keep a small model honest. Sufficiency is the model's judgement *and* a rule:
 every name and number the question mentions must occur in some fact, or the round is
 insufficient and the next one searches for what is missing. Arithmetic is never the
-model's: it writes the expression, ``tools.calculator`` computes it exactly, and a
-stated number that disagrees is replaced (a self-correction). Temporal and update
+model's: a question that asks for a computed number is broken into sub-questions that
+each read one number (a difference or a sum of them), ``tools.calculator`` combines them
+exactly, and a stated number that disagrees is replaced (a self-correction); without
+sub-values, the model's own expression is computed instead, on numbers from the facts.
+Questions that compute nothing are answered by a plain program that writes no arithmetic. Temporal and update
 questions see their facts in date order; a fact with a contradicting partner is shown
 with it, the newer marked.
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import dspy
 from memstrata.memory.cognitive import CognitiveMemory, Recalled
@@ -38,7 +41,6 @@ _Query = Annotated[str, StringConstraints(max_length=80)]
 _NAME = re.compile(r"\b[A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)*")
 _NUMBER_PHRASE = re.compile(r"\b(?:[A-Za-z]+\s+)?\d[\d,]*(?:\.\d+)?\b")
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
-_VARIABLE = re.compile(r"\bv(\d)\b")
 _ASKS_NUMBER = re.compile(r"\b(?:how (?:many|much|far|long)|by how|what (?:is|was|were) the "
                           r"(?:total|difference|sum|average|number|gap)|how big)\b", re.I)
 MAX_FACT_CHARS = 400
@@ -54,14 +56,14 @@ class PlanQueries(dspy.Signature):
 
 class Decompose(dspy.Signature):
     """Break the question into simple questions that each ask for one number stated in
-    the facts (one name, one day or date, one source), and write how their answers
-    combine: arithmetic over v1, v2, ... in the order of the questions (for example
-    v2 - v1)."""
+    the facts (one name, one day or date, one source), earliest first, and say how their
+    answers combine: difference (later minus earlier, or the gap between two values),
+    sum (a total), or none."""
 
     question: str = dspy.InputField()
     subquestions: Annotated[list[Annotated[str, StringConstraints(max_length=120)]],
                             Field(min_length=1, max_length=4)] = dspy.OutputField()
-    expression: Annotated[str, StringConstraints(max_length=80)] = dspy.OutputField()
+    operation: Literal["difference", "sum", "none"] = dspy.OutputField()
 
 
 class ReadValue(dspy.Signature):
@@ -84,9 +86,20 @@ class EvaluateFacts(dspy.Signature):
 
 
 class AnswerFromFacts(dspy.Signature):
-    """Answer the question from the numbered facts, following the guidance. First write
-    down each value the question needs, naming what it is and its fact. Copy names,
+    """Answer the question from the numbered facts, following the guidance. Copy names,
     numbers and commands exactly. Give the numbers of the facts you used."""
+
+    guidance: str = dspy.InputField()
+    facts: str = dspy.InputField()
+    question: str = dspy.InputField()
+    answer: Annotated[str, StringConstraints(max_length=200)] = dspy.OutputField()
+    used: Annotated[list[int], Field(max_length=8)] = dspy.OutputField()
+
+
+class ComputeFromFacts(dspy.Signature):
+    """Answer the question from the numbered facts, following the guidance. First write
+    down each value the question needs, naming what it is and its fact. Copy names and
+    numbers exactly. Give the numbers of the facts you used."""
 
     guidance: str = dspy.InputField()
     facts: str = dspy.InputField()
@@ -94,7 +107,7 @@ class AnswerFromFacts(dspy.Signature):
     # Written before the expression and the answer: a small model that names each
     # operand ("Aldervik golds on day 7 = 7 [2]") picks the right ones more often.
     operands: Annotated[list[Annotated[str, StringConstraints(max_length=80)]],
-                      Field(max_length=6)] = dspy.OutputField(
+                        Field(max_length=6)] = dspy.OutputField(
         desc="each needed value as: what = value [fact number]")
     expression: Annotated[str, StringConstraints(max_length=120)] = dspy.OutputField(
         desc="arithmetic on those values that gives the answer, or empty")
@@ -257,6 +270,7 @@ class AdaptiveReasoner(dspy.Module):
         self.read_value = StructuredPredict(ReadValue, "reasoner.value")
         self.evaluate = StructuredPredict(EvaluateFacts, "reasoner.evaluate")
         self.respond = StructuredPredict(AnswerFromFacts, "reasoner.answer")
+        self.compute = StructuredPredict(ComputeFromFacts, "reasoner.compute")
 
     def forward(self, question: str, mind: CognitiveMemory, **_: Any) -> dspy.Prediction:
         """Answer ``question`` from ``mind``; working memory is cleared afterwards."""
@@ -274,14 +288,14 @@ class AdaptiveReasoner(dspy.Module):
         anchors = question_anchors(question)
         queries = [question]
         computes = effort.calculator and asks_for_number(question)
-        combine = ""
+        operation = "none"
         if computes:
             parts = self.decompose(question=question)
             trace.subquestions = [q for q in parts.subquestions if q.strip()][:4]
-            combine = str(parts.expression).strip()
+            operation = str(parts.operation)
             queries = list(dict.fromkeys([question, *trace.subquestions]))
-            self._slot(mind, trace, "plan", f"{'; '.join(trace.subquestions)} -> {combine}",
-                       0.9)
+            self._slot(mind, trace, "plan",
+                       f"{'; '.join(trace.subquestions)} -> {operation}", 0.9)
         elif effort.max_steps > 1:
             planned = [q for q in self.plan(question=question).queries if q.strip()]
             queries = list(dict.fromkeys([question, *planned]))
@@ -326,27 +340,35 @@ class AdaptiveReasoner(dspy.Module):
         trace.retrieved = list(found)
         trace.shown = [f.id for f in facts]
         guidance = GUIDANCE[intent]
-        computed = self._compute(mind, trace, combine, effort) if computes else None
-        if computed is not None:
-            guidance += f" Computed from the facts: {computed}."
-        out = self.respond(guidance=guidance, question=question, facts=render_facts(facts))
+        if not computes:
+            out = self.respond(guidance=guidance, question=question,
+                               facts=render_facts(facts))
+            answer = str(out.answer).strip()
+        else:
+            computed = self._compute(mind, trace, operation, effort)
+            if computed is not None:
+                guidance += f" Computed from the facts: {computed}."
+            out = self.compute(guidance=guidance, question=question,
+                               facts=render_facts(facts))
+            trace.operands = [str(v) for v in out.operands]
+            answer = str(out.answer).strip()
+            if computed is not None:
+                answer = apply_calculation(answer, trace.expression, trace)
+            elif str(out.expression).strip():
+                answer = apply_calculation(answer, str(out.expression).strip(), trace,
+                                           " ".join(f.text for f in facts))
         trace.used = [facts[n - 1].id for n in out.used if 1 <= n <= len(facts)]
-        trace.operands = [str(v) for v in out.operands]
-        answer = str(out.answer).strip()
-        if computed is not None:
-            answer = apply_calculation(answer, trace.expression, trace)
-        elif computes and str(out.expression).strip():
-            answer = apply_calculation(answer, str(out.expression).strip(), trace,
-                                       " ".join(f.text for f in facts))
         mind.working.complete(task, outcome=answer)
         return dspy.Prediction(answer=answer, intent=intent, trace=trace)
 
-    def _compute(self, mind: CognitiveMemory, trace: ReasoningTrace, combine: str,
+    def _compute(self, mind: CognitiveMemory, trace: ReasoningTrace, operation: str,
                  effort: Effort) -> str | None:
         """Answer each sub-question with one number (a recall and a short call each),
-        then ``combine`` them with the calculator: a line for the answer step, or None
-        when a value is missing or the combination is not arithmetic."""
-        if not trace.subquestions or not _VARIABLE.search(combine):
+        then combine them with the calculator (``difference``: the last minus the first,
+        as a gap; ``sum``: all of them): a line for the answer step, or None when the
+        operation is ``none`` or a value is missing."""
+        if not trace.subquestions or operation not in ("difference", "sum") or (
+                operation == "difference" and len(trace.subquestions) < 2):
             return None
         values: list[float] = []
         for sub in trace.subquestions:
@@ -357,18 +379,18 @@ class AdaptiveReasoner(dspy.Module):
             if not found:
                 return None
             values.append(found[0])
-        try:
-            expression = _VARIABLE.sub(lambda m: _plain(values[int(m.group(1)) - 1]), combine)
-        except IndexError:
-            return None
-        if "error" in calculate(expression):
+        shown = [_plain(v) for v in values]
+        expression = (f"abs({shown[-1]} - {shown[0]})" if operation == "difference"
+                      else " + ".join(shown))
+        result = calculate(expression)
+        if "error" in result:
             return None
         trace.expression = expression
         lines = "; ".join(f"{q} {v}" for q, v in zip(trace.subquestions, trace.subvalues,
                                                        strict=True))
-        value = calculate(expression)["value"]
-        self._slot(mind, trace, "reasoning_step", f"computed {expression} = {value}", 0.95)
-        return f"{lines}; {expression} = {value}"
+        self._slot(mind, trace, "reasoning_step",
+                   f"computed {expression} = {result['value']}", 0.95)
+        return f"{lines}; {expression} = {result['value']}"
 
     @staticmethod
     def _slot(mind: CognitiveMemory, trace: ReasoningTrace, slot: str, text: str,

@@ -53,7 +53,8 @@ def question_row(system: str, scenario: Scenario, question: Question, answer: st
         if step.sufficient is not None:
             decisions.append([step.sufficient, truth])
     row.update(steps=trace.steps, intent=trace.intent, model_intent=trace.model_intent,
-               operands=trace.operands, expression=trace.expression,
+               operands=trace.operands, subquestions=trace.subquestions,
+               subvalues=trace.subvalues, expression=trace.expression,
                calculator_error=trace.calculator_error, allowance=trace.allowance,
                decisions=decisions, used=len(set(trace.used) & set(trace.shown)),
                shown=len(trace.shown), refined_queries=trace.refined_queries,

@@ -44,7 +44,7 @@ def _reply(system: str, user: str, schema: Any) -> dict[str, Any]:
         return {"queries": ["Aldervik gold medals"]}
     if system.startswith("Break the question"):
         return {"subquestions": ["Aldervik golds after day 7?", "Aldervik golds after day 10?"],
-                "expression": "v2 - v1"}
+                "operation": "difference"}
     if system.startswith("Answer with the one number"):
         return {"value": "7" if "day 7" in user.split("Question:")[-1] else "11"}
     if system.startswith("Decide whether"):
@@ -53,7 +53,7 @@ def _reply(system: str, user: str, schema: Any) -> dict[str, Any]:
         if "gain" in user:  # the model's arithmetic is wrong; the calculator fixes it
             return {"operands": ["Aldervik golds day 7 = 7 [1]", "day 10 = 11 [2]"],
                     "expression": "11 - 7", "answer": "Aldervik gained 5", "used": [1, 2]}
-        return {"operands": [], "expression": "", "answer": "6", "used": [1]}
+        return {"answer": "6", "used": [1]}
     if system.startswith("Answer the question in a few words from the numbered passages"):
         return {"answer": "5" if "gain" in user else "6"}
     raise AssertionError(system[:50])

@@ -42,10 +42,11 @@ class Script:
 
     def __init__(self, intent: str, *, answer: str = "9", expression: str = "",
                  sufficient: bool = True, queries: tuple[str, ...] = ("Aurora gold",),
-                 combine: str = "v2 - v1", values: tuple[str, ...] = ("5", "9")) -> None:
+                 operation: str = "difference", values: tuple[str, ...] = ("5", "9")
+                 ) -> None:
         self.intent, self.answer, self.expression = intent, answer, expression
         self.sufficient, self.queries = sufficient, list(queries)
-        self.combine, self.values = combine, list(values)
+        self.operation, self.values = operation, list(values)
         self.seen: dict[str, list[str]] = {}
 
     def __call__(self, system: str, user: str, schema: Any) -> dict[str, Any]:
@@ -54,15 +55,16 @@ class Script:
                 ("Classify what answering", {"intent": self.intent}),
                 ("Write short keyword search queries", {"queries": self.queries}),
                 ("Break the question into simple questions", {
-                    "subquestions": [f"{q}?" for q in self.queries], "expression":
-                    self.combine}),
+                    "subquestions": [f"{q}?" for q in self.queries],
+                    "operation": self.operation}),
                 ("Answer with the one number", {
                     "value": self.values[reads % len(self.values)]}),
                 ("Decide whether the numbered facts", {
                     "sufficient": self.sufficient, "missing": "", "queries": []}),
                 ("Answer the question from the numbered facts", {
                     "operands": [], "expression": self.expression, "answer": self.answer,
-                    "used": [1, 2]})):
+                    "used": [1, 2]} if "First write" in system else {
+                    "answer": self.answer, "used": [1, 2]})):
             if system.startswith(key):
                 self.seen.setdefault(key, []).append(user)
                 return reply
@@ -103,9 +105,9 @@ def test_math_answer_is_computed_by_the_calculator(scripted: Callable[..., Any],
     assert trace.subquestions == ["Aurora golds day 7?", "Aurora golds day 10?"]
     assert trace.subvalues == ["5", "9"]
     assert pred.answer == "Team Aurora gained 4 golds"
-    assert (trace.recomputed, trace.value, trace.expression) == (1, "4", "9 - 5")
+    assert (trace.recomputed, trace.value, trace.expression) == (1, "4", "abs(9 - 5)")
     shown = script.seen["Answer the question from the numbered facts"][0]
-    assert "9 - 5 = 4" in shown  # the computation is handed to the answer step
+    assert "abs(9 - 5) = 4" in shown  # the computation is handed to the answer step
     # intent, decompose, evaluate, two values, answer
     assert trace.steps == 1 and calls == 6
 
@@ -113,7 +115,7 @@ def test_math_answer_is_computed_by_the_calculator(scripted: Callable[..., Any],
 def test_a_missing_value_falls_back_to_the_models_expression(
         scripted: Callable[..., Any], mind: CognitiveMemory) -> None:
     script = Script("mathematical_computation", answer="7", expression="9 - 5",
-                    values=("no idea",))
+                    queries=("Aurora day 7", "Aurora day 10"), values=("no idea",))
     pred, _ = _run(scripted, mind, script,
                    "How many more gold medals did Team Aurora have after day 10 than "
                    "after day 7?")
