@@ -165,6 +165,7 @@ def question_anchors(question: str) -> list[str]:
             continue  # a sentence's first word is capitalised anyway
         if m.start() == 0:
             name = name.split(" ", 1)[1]
+        name = re.sub(r"['’]s?$", "", name)  # "Eskerholt's" names Eskerholt
         if not any(name in a for a in anchors):  # "Day" of "Day 3"
             anchors.append(name)
     return list(dict.fromkeys(a.strip() for a in anchors if a.strip()))

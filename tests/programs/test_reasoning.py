@@ -167,6 +167,7 @@ def test_question_anchors_and_uncovered() -> None:
     anchors = question_anchors("How many golds did Team Aurora win between day 7 and day 10?")
     assert anchors == ["day 7", "day 10", "Team Aurora"]
     assert question_anchors("Which team had 5 golds on Day 3?") == ["5", "Day 3"]
+    assert question_anchors("By how much did Eskerholt's total grow?") == ["Eskerholt"]
     store = Store.open(":memory:", embedder=None)
     mind = CognitiveMemory(store, U)
     mind.read("Team Aurora won on day 7.", source="Herald", when=_when(7))
