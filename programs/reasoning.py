@@ -14,9 +14,9 @@ model's: a question that asks for a computed number is broken into sub-questions
 each read one number (a difference or a sum of them), ``tools.calculator`` combines them
 exactly, and a stated number that disagrees is replaced (a self-correction); without
 sub-values, the model's own expression is computed instead, on numbers from the facts.
-Questions that compute nothing are answered by a plain program that writes no arithmetic. Temporal and update
-questions see their facts in date order; a fact with a contradicting partner is shown
-with it, the newer marked.
+Questions that compute nothing are answered by a plain program that writes no
+arithmetic. Temporal and update questions see their facts in date order; a fact with a
+contradicting partner is shown with it, the newer marked.
 
 The module holds only its predictors: the memory is passed to each call.
 """
