@@ -2,8 +2,8 @@
 
 Rules (deliberately few, each tested):
 
-* Digits with thousands separators and decimals: "1,200" -> 1200, "3.5" -> 3.5; a
-  leading minus counts ("-5"); an ordinal suffix is dropped ("5th" -> 5).
+* Digits with thousands separators and decimals: "1,200" -> 1200, "3.5" -> 3.5, ".5" ->
+  0.5; a leading minus counts ("-5"); an ordinal suffix is dropped ("5th" -> 5).
 * Scale words multiply: "1.2 million" -> 1.2e6 (hundred, thousand, million, billion,
   trillion; "40k" and "3bn" when the suffix is attached).
 * Percent is a unit, not a scale: "12%" and "12 percent" -> 12.
@@ -44,7 +44,7 @@ _SCALE_WORD = "(?:hundred|thousand|million|billion|trillion)"
 _AFTER = (rf"(?i:\s*(?P<pct>%|percent\b|per\s+cent\b)"
           rf"|\s+(?P<scale>{_SCALE_WORD}(?:\s+{_SCALE_WORD})*)\b)?")
 _DIGITS = re.compile(
-    r"(?<![\w.])(?P<neg>-)?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?P<dec>\.\d+)?"
+    r"(?<![\w.])(?P<neg>-)?(?:(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?P<dec>\.\d+)?|(?P<bare>\.\d+))"
     r"(?:(?P<suffix>(?i:k|bn))|(?i:st|nd|rd|th))?\b" + _AFTER)
 _WORDS = re.compile(
     rf"(?i:\b(?:(?P<tens>{'|'.join(_TENS)})-(?P<unit>one|{'|'.join(_SMALL[:8])})"
@@ -64,9 +64,10 @@ def quantities(text: str) -> list[Quantity]:
     blanked = _DATES.sub(lambda m: " " * len(m.group()), text)
     found: list[tuple[int, Quantity]] = []
     for m in _DIGITS.finditer(blanked):
-        raw = m.group("int")
-        value = float(raw.replace(",", "") + (m.group("dec") or ""))
-        plain = not any(m.group(g) for g in ("dec", "pct", "scale", "suffix")) and "," not in raw
+        raw = m.group("int") or "0"
+        value = float(raw.replace(",", "") + (m.group("dec") or m.group("bare") or ""))
+        plain = not any(m.group(g) for g in ("dec", "bare", "pct", "scale", "suffix")) and (
+            "," not in raw)
         money = m.start() > 0 and text[m.start() - 1] in _CURRENCY
         if plain and len(raw) == 4 and 1900 <= value <= 2100 and not money:
             continue  # a year

@@ -34,6 +34,8 @@ from memstrata.memory.supersede import supersede
     ("she finished 5th, at -3 degrees", [5.0, -3.0]),
     ("scores 1,2,3", [1.0, 2.0, 3.0]),
     ("the one who came", []),
+    ("a margin of .5 points, then -.25", [0.5, -0.25]),
+    ("version 3.2.1", [3.2]),
 ])
 def test_numbers_normalises_values(text: str, expected: list[float]) -> None:
     assert numbers(text) == expected
