@@ -36,6 +36,8 @@ def retrieval_table(doc: dict[str, Any]) -> str:
                     lat = result["latency_ms"]
                     line += f" {lat['p50']:>8.2f} {lat['p95']:>8.2f}"
                 lines.append(line)
+            if key_set is None:
+                lines += _cv_lines(doc["systems"].get("memstrata", {}).get("cv"))
         lines.append("")
     ingest = doc["ingest"]
     lines.append(
@@ -46,6 +48,23 @@ def retrieval_table(doc: dict[str, Any]) -> str:
     )
     lines.append("categories: " + ", ".join(f"{k} {CATEGORY_NAMES[k]}" for k in COLUMNS[1:]))
     return "\n".join(lines)
+
+
+def _cv_lines(cv: dict[str, Any] | None) -> list[str]:
+    """memstrata's cross-validated and tuned in-sample rows, and each fold's choice."""
+    if not cv:
+        return []
+    lines = []
+    for name, block in (("cv (held out)", cv), ("tuned in-sample", cv["tuned_in_sample"])):
+        for k in (5, 10):
+            row = block[f"recall@{k}"]
+            lines.append(f"{name:<16} {k:>3} " + " ".join(f"{_fmt(row[c]):>8}" for c in COLUMNS))
+    for fold in cv["folds"]:
+        lines.append(f"  fold {fold['held_out']}: recall@10 {fold['held_out_recall@10']:.3f} "
+                     f"held out, {fold['train_recall@10']:.3f} on the others; knobs "
+                     f"{json.dumps(fold['changed']) if fold['changed'] else 'unchanged'}")
+    lines.append(f"  in-sample knobs: {json.dumps(cv['tuned_in_sample']['changed'])}")
+    return lines
 
 
 def category_bars(ax: Any, rows: dict[str, dict[str, float | None]],

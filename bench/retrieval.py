@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from tqdm import tqdm
 from .baselines import TOKENIZERS, BM25Index
 from .locomo import LoCoMoConversation, Question, apply_audit, load_locomo, read_locomo
 from .metrics import percentiles, recall_at_k
+from .retrieval_cv import KNOBS, Evaluate, cross_validate
 
 KS = (5, 10, 25)
 CATEGORIES = (1, 2, 3, 4)
@@ -57,6 +58,30 @@ def _summarise(per_q: list[tuple[Question, list[str]]], corrected: bool) -> dict
     return out
 
 
+def _ranked_turns(retriever: Retriever, q: Question) -> list[str]:
+    return [h.turn_id or "" for h in retriever.search(q.sample_id, q.question, k=max(KS),
+                                                      nodes=("turn",))]
+
+
+def _memoised(retriever: Retriever, progress: bool) -> Evaluate:
+    """An evaluator for the cross-validation: each (weights, question) searched once."""
+    cache: dict[tuple[str, str], list[str]] = {}
+    bar = tqdm(desc="cv", unit="search", disable=not progress)
+
+    def evaluate(weights: SearchWeights, questions: Sequence[Question]) -> dict[str, list[str]]:
+        key = weights.model_dump_json()
+        retriever.weights = weights
+        out = {}
+        for q in questions:
+            if (key, q.qid) not in cache:
+                cache[key, q.qid] = _ranked_turns(retriever, q)
+                bar.update()
+            out[q.qid] = cache[key, q.qid]
+        return out
+
+    return evaluate
+
+
 def _rankers(store: Store, convs: list[LoCoMoConversation], embedder: Embedder | None,
              weights: SearchWeights | None) -> dict[str, Ranker]:
     by_turn: dict[str, dict[str, str]] = {}
@@ -72,8 +97,7 @@ def _rankers(store: Store, convs: list[LoCoMoConversation], embedder: Embedder |
     dense = Retriever(store, embedder, DENSE_ONLY)
 
     def via(retriever: Retriever) -> Ranker:
-        return lambda q: [h.turn_id or "" for h in retriever.search(
-            q.sample_id, q.question, k=max(KS), nodes=("turn",))]
+        return lambda q: _ranked_turns(retriever, q)
 
     rankers: dict[str, Ranker] = {"memstrata": via(hybrid)}
     for name in TOKENIZERS:
@@ -85,6 +109,24 @@ def _rankers(store: Store, convs: list[LoCoMoConversation], embedder: Embedder |
     return rankers
 
 
+def _cv_section(retriever: Retriever, questions: list[Question], start: SearchWeights,
+                rounds: int, knobs: Mapping[str, Sequence[float]], progress: bool
+                ) -> dict[str, Any]:
+    started = time.perf_counter()
+    found = cross_validate(_memoised(retriever, progress), questions, start, knobs, rounds)
+    held_out = _summarise([(q, found["rankings"][q.qid]) for q in questions], corrected=False)
+    tuned = found["tuned"]
+    return {
+        **held_out,
+        "folds": found["folds"],
+        "tuned_in_sample": {"changed": tuned["changed"], **_summarise(
+            [(q, tuned["rankings"][q.qid]) for q in questions], corrected=False)},
+        "rounds": rounds,
+        "knobs": {name: list(values) for name, values in knobs.items()},
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
 def run_retrieval_bench(
     data: str | Path,
     *,
@@ -93,6 +135,9 @@ def run_retrieval_bench(
     weights: SearchWeights | None = None,
     db_path: str | Path | None = None,
     limit: int | None = None,
+    cv: bool = False,
+    cv_rounds: int = 2,
+    cv_knobs: Mapping[str, Sequence[float]] | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark and return the ``retrieval.json`` document.
@@ -104,9 +149,18 @@ def run_retrieval_bench(
         weights: fusion knobs for memstrata's hybrid.
         db_path: where to build the store (a temporary file by default).
         limit: score only the first N eligible questions per conversation (quick runs).
+        cv: also cross-validate memstrata's knobs, leaving one conversation out at a time
+            (see ``retrieval_cv``); adds ``systems.memstrata.cv``.
+        cv_rounds: coordinate-ascent rounds of each fold's knob search.
+        cv_knobs: the knobs searched and their candidate values (default ``KNOBS``).
         progress: show progress bars on stderr.
     """
     convs = read_locomo(data)
+    if cv and len(convs) < 2:
+        raise ValueError(f"--cv leaves one conversation out at a time: {data} holds "
+                         f"{len(convs)}, it needs two or more")
+    if cv_rounds < 1:
+        raise ValueError(f"--cv-rounds must be 1 or more, not {cv_rounds}")
     audited = apply_audit(convs, audit) if audit else 0
     questions = [
         q for c in convs
@@ -142,6 +196,10 @@ def run_retrieval_bench(
                 "latency_ms": percentiles(lat),
                 "corrected": _summarise(per_q, corrected=True),
             }
+        if cv:
+            results["memstrata"]["cv"] = _cv_section(
+                Retriever(store, embedder, weights), questions, weights or SearchWeights(),
+                cv_rounds, KNOBS if cv_knobs is None else cv_knobs, progress)
         store.close()
     counts = defaultdict(int)
     for q in questions:

@@ -130,6 +130,7 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
     doc = run_retrieval_bench(
         args.data, audit=_audit(args), embedder=_embedder(not args.no_dense),
         weights=_weights(args.weights), db_path=args.db, limit=args.limit,
+        cv=args.cv, cv_rounds=args.cv_rounds,
     )
     return _report(retrieval_table(doc), write_retrieval_outputs(doc, args.out))
 
@@ -476,6 +477,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-dense", action="store_true",
                    help="no embedding model: skip the dense channel and the 'dense' system")
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
+    p.add_argument("--cv", action="store_true",
+                   help="also cross-validate memstrata's knobs: each conversation scored with "
+                   "knobs chosen on the others (leave-one-conversation-out); needs two "
+                   "conversations or more")
+    p.add_argument("--cv-rounds", type=int, default=2, metavar="N",
+                   help="coordinate-ascent rounds of each fold's knob search (default 2)")
     p.set_defaults(func=cmd_bench_retrieval)
 
     p = bsub.add_parser("facts", help="extraction at ingest; evidence recall through facts "
