@@ -109,6 +109,28 @@ def _rankers(store: Store, convs: list[LoCoMoConversation], embedder: Embedder |
     return rankers
 
 
+def _embed_all(store: Store, convs: list[LoCoMoConversation], encoder: Embedder,
+               progress: bool) -> dict[str, Any]:
+    """Store ``encoder``'s vectors for every turn beside the default's; its encode rate."""
+    seconds, total = 0.0, 0
+    with tqdm(total=sum(c.turn_count for c in convs), desc=f"embed {encoder.name}",
+              unit="turn", disable=not progress) as bar:
+        for conv in convs:
+            turns = store.turns(conv.sample_id, conversation_id=conv.sample_id)
+            for start in range(0, len(turns), 256):
+                part = turns[start:start + 256]
+                texts = store.contextual_texts(part)
+                started = time.perf_counter()
+                vectors = encoder.encode(texts)
+                seconds += time.perf_counter() - started
+                store.set_embeddings(conv.sample_id, [str(t.id) for t in part], vectors,
+                                     encoder.name)
+                total += len(part)
+                bar.update(len(part))
+    return {"turns": total, "dim": encoder.dim,
+            "encode_turns_per_s": round(total / max(seconds, 1e-9), 1)}
+
+
 def _cv_section(retriever: Retriever, questions: list[Question], start: SearchWeights,
                 rounds: int, knobs: Mapping[str, Sequence[float]], progress: bool
                 ) -> dict[str, Any]:
@@ -138,6 +160,7 @@ def run_retrieval_bench(
     cv: bool = False,
     cv_rounds: int = 2,
     cv_knobs: Mapping[str, Sequence[float]] | None = None,
+    encoders: Sequence[Embedder] = (),
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark and return the ``retrieval.json`` document.
@@ -153,12 +176,19 @@ def run_retrieval_bench(
             (see ``retrieval_cv``); adds ``systems.memstrata.cv``.
         cv_rounds: coordinate-ascent rounds of each fold's knob search.
         cv_knobs: the knobs searched and their candidate values (default ``KNOBS``).
+        encoders: more embedders to measure: each stores its own vectors of every turn and
+            adds two systems, ``dense:<name>`` (cosine alone) and ``memstrata:<name>`` (the
+            hybrid with that embedder for its dense channel and expansion), with its encode
+            rate under ``ingest.encoders``.
         progress: show progress bars on stderr.
     """
     convs = read_locomo(data)
     if cv and len(convs) < 2:
         raise ValueError(f"--cv leaves one conversation out at a time: {data} holds "
                          f"{len(convs)}, it needs two or more")
+    clash = [e.name for e in encoders if embedder is not None and e.name == embedder.name]
+    if clash:
+        raise ValueError(f"encoder {clash[0]!r} is already the bench's embedder")
     if cv_rounds < 1:
         raise ValueError(f"--cv-rounds must be 1 or more, not {cv_rounds}")
     audited = apply_audit(convs, audit) if audit else 0
@@ -182,6 +212,14 @@ def run_retrieval_bench(
             ingest["embedder"] = embedder.name
 
         rankers = _rankers(store, convs, embedder, weights)
+        if encoders:
+            ingest["encoders"] = {}
+        for encoder in encoders:
+            ingest["encoders"][encoder.name] = _embed_all(store, convs, encoder, progress)
+            for system, knobs in ((f"dense:{encoder.name}", DENSE_ONLY),
+                                  (f"memstrata:{encoder.name}", weights)):
+                rankers[system] = (lambda r: lambda q: _ranked_turns(r, q))(
+                    Retriever(store, encoder, knobs))
         results: dict[str, Any] = {}
         for name, rank in rankers.items():
             rank(questions[0]) if questions else None  # warm caches outside the timings

@@ -1,4 +1,5 @@
-"""Leave-one-conversation-out tuning: no held-out question ever chooses a knob."""
+"""`bench retrieval`: the leave-one-conversation-out protocol (no held-out question ever
+chooses a knob), the report, and extra encoders measured in the same run."""
 
 from __future__ import annotations
 
@@ -130,3 +131,14 @@ def test_the_table_shows_the_cv_rows(make_record, write_json) -> None:
         data, cv=True, cv_rounds=1, cv_knobs={"graph": (0.0,)}, progress=False))
     assert "cv (held out)" in table and "tuned in-sample" in table
     assert "fold conv-0: recall@10 1.000 held out" in table
+
+
+def test_more_encoders_add_their_own_systems(make_record, write_json, embedder) -> None:
+    data = write_json("two.json", [_conversation(make_record, f"conv-{n}", pet)
+                                   for n, pet in enumerate(("cat", "parrot"))])
+    doc = run_retrieval_bench(data, encoders=[embedder], progress=False)
+    assert {"dense:fake-hash", "memstrata:fake-hash"} <= set(doc["systems"])
+    assert doc["ingest"]["encoders"]["fake-hash"]["turns"] == 6
+    assert doc["systems"]["memstrata:fake-hash"]["recall@10"]["overall"] == 1.0
+    with pytest.raises(ValueError, match="already the bench's embedder"):
+        run_retrieval_bench(data, embedder=embedder, encoders=[embedder], progress=False)
