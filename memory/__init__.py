@@ -7,8 +7,10 @@ from .embed import (
     DEFAULT_MODEL,
     Embedder,
     MiniLMEmbedder,
+    MPNetEmbedder,
     StaticMiniLMEmbedder,
     default_embedder,
+    embedder_by_name,
 )
 from .locking import StoreError
 from .models import (
@@ -38,9 +40,9 @@ from .store import Filters, Store
 
 __all__ = [
     "DEFAULT_MODEL", "ITEM_KINDS", "ConsolidatedItem", "Conversation", "Edge", "Embedder",
-    "EntityItem", "EpisodicItem", "FactItem", "Filters", "Hit", "Item", "MiniLMEmbedder",
-    "PersonaItem", "ProceduralItem", "ProspectiveItem", "QAPairItem", "QueryAnalysis",
-    "Retriever", "SearchWeights", "SemanticItem", "SensoryItem", "Session",
+    "EntityItem", "EpisodicItem", "FactItem", "Filters", "Hit", "Item", "MPNetEmbedder",
+    "MiniLMEmbedder", "PersonaItem", "ProceduralItem", "ProspectiveItem", "QAPairItem",
+    "QueryAnalysis", "Retriever", "SearchWeights", "SemanticItem", "SensoryItem", "Session",
     "StaticMiniLMEmbedder", "Store", "StoreError", "StrategyItem", "Turn", "WorkingItem",
-    "analyse", "default_embedder",
+    "analyse", "default_embedder", "embedder_by_name",
 ]

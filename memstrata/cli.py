@@ -38,12 +38,24 @@ DEFAULT_DB = "memstrata.db"
 _SHARED = Path("..") / "shared" / "data" / "locomo"
 
 
-def _embedder(enabled: bool):
+def _embedder(enabled: bool, name: str | None = None, flag: str = "--embedder"):
+    """The embedder ``name`` picks (``--embedder``; the default static model when None)."""
     if not enabled:
         return None
-    from memstrata.memory import default_embedder
+    from memstrata.memory import default_embedder, embedder_by_name
 
-    return default_embedder()
+    if name is None:
+        return default_embedder()
+    try:
+        return embedder_by_name(name)
+    except ValueError as exc:
+        raise SystemExit(f"memstrata: {flag}: {exc}") from None
+
+
+def _add_embedder_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--embedder", metavar="NAME",
+                   help="embedding model: static (the default), minilm or mpnet (extras of "
+                   "those names); a store is searched with the model that embedded it")
 
 
 def _weights(raw: str | None):
@@ -75,7 +87,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     from memstrata.memory import Store
 
     convs = read_locomo(args.file)
-    embedder = _embedder(not args.no_embed)
+    embedder = _embedder(not args.no_embed, args.embedder)
     with Store.open(args.db, embedder=embedder) as store, tqdm(
         total=sum(c.turn_count for c in convs), unit="turn", desc="load"
     ) as bar:
@@ -97,7 +109,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     )
     with Store.open(args.db) as store:
         model_has_vectors = bool(store.counts(args.user)["embeddings"])
-        retriever = Retriever(store, _embedder(model_has_vectors and not args.no_dense),
+        retriever = Retriever(store, _embedder(model_has_vectors and not args.no_dense,
+                                               args.embedder),
                               _weights(args.weights))
         for hit in retriever.search(args.user, args.query, k=args.k, filters=filters):
             print(hit.model_dump_json(exclude_none=True))
@@ -128,9 +141,11 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
     from memstrata.bench.retrieval import run_retrieval_bench
 
     doc = run_retrieval_bench(
-        args.data, audit=_audit(args), embedder=_embedder(not args.no_dense),
+        args.data, audit=_audit(args), embedder=_embedder(not args.no_dense, args.embedder),
         weights=_weights(args.weights), db_path=args.db, limit=args.limit,
         cv=args.cv, cv_rounds=args.cv_rounds,
+        encoders=[_embedder(True, name, "--encoders")
+                  for name in _csv(args.encoders, "--encoders") or []],
     )
     return _report(retrieval_table(doc), write_retrieval_outputs(doc, args.out))
 
@@ -336,6 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="LoCoMo-format JSON (a list of conversations)")
     p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (lexical only)")
+    _add_embedder_arg(p)
     p.set_defaults(func=cmd_load)
 
     p = sub.add_parser("ingest", help="load conversations and extract facts, QA pairs, "
@@ -363,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until", type=_iso_datetime, help="event time until (ISO date)")
     p.add_argument("--no-dense", action="store_true", help="skip the embedding channel")
     p.add_argument("--weights", help='fusion knobs as JSON, e.g. \'{"dense": 0.5}\'')
+    _add_embedder_arg(p)
     p.set_defaults(func=cmd_search)
 
     add_memory_parsers(sub, DEFAULT_DB)
@@ -476,11 +493,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="first N questions per conversation (quick runs)")
     p.add_argument("--no-dense", action="store_true",
                    help="no embedding model: skip the dense channel and the 'dense' system")
+    _add_embedder_arg(p)
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
     p.add_argument("--cv", action="store_true",
                    help="also cross-validate memstrata's knobs: each conversation scored with "
                    "knobs chosen on the others (leave-one-conversation-out); needs two "
                    "conversations or more")
+    p.add_argument("--encoders", metavar="NAMES",
+                   help="more embedders to measure in the same run, comma-separated (e.g. "
+                   "mpnet,minilm): each adds dense:<model> and memstrata:<model> systems")
     p.add_argument("--cv-rounds", type=int, default=2, metavar="N",
                    help="coordinate-ascent rounds of each fold's knob search (default 2)")
     p.set_defaults(func=cmd_bench_retrieval)
