@@ -3,7 +3,7 @@
 For every question of category 1-4 with evidence, each system ranks the conversation's
 turns; recall@k is the share of the evidence turns among its first k, averaged per
 category and overall, on the original evidence and on the audit-corrected evidence.
-No LLM is used anywhere in this benchmark.
+No LLM is used, except by the optional ``memstrata+rerank`` system (``rerank_lm``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _summarise(per_q: list[tuple[Question, list[str]]], corrected: bool) -> dict
     return out
 
 
-def _ranked_turns(retriever: Retriever, q: Question) -> list[str]:
+def _ranked_turns(retriever: Any, q: Question) -> list[str]:
     return [h.turn_id or "" for h in retriever.search(q.sample_id, q.question, k=max(KS),
                                                       nodes=("turn",))]
 
@@ -161,6 +161,8 @@ def run_retrieval_bench(
     cv_rounds: int = 2,
     cv_knobs: Mapping[str, Sequence[float]] | None = None,
     encoders: Sequence[Embedder] = (),
+    rerank_lm: Any = None,
+    rerank_depth: int = 20,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark and return the ``retrieval.json`` document.
@@ -180,6 +182,10 @@ def run_retrieval_bench(
             adds two systems, ``dense:<name>`` (cosine alone) and ``memstrata:<name>`` (the
             hybrid with that embedder for its dense channel and expansion), with its encode
             rate under ``ingest.encoders``.
+        rerank_lm: a ``ModelHandle``: adds ``memstrata+rerank``, memstrata's top
+            ``rerank_depth`` reordered by one LLM call per question
+            (``programs.rerank``), with its calls, tokens and seconds per question and
+            every reply in ``systems["memstrata+rerank"]["llm"]``.
         progress: show progress bars on stderr.
     """
     convs = read_locomo(data)
@@ -220,6 +226,14 @@ def run_retrieval_bench(
                                   (f"memstrata:{encoder.name}", weights)):
                 rankers[system] = (lambda r: lambda q: _ranked_turns(r, q))(
                     Retriever(store, encoder, knobs))
+        reranker = None
+        if rerank_lm is not None:
+            from memstrata.programs.rerank import RerankingRetriever
+
+            reranker = RerankingRetriever(Retriever(store, embedder, weights), rerank_lm,
+                                          depth=rerank_depth)
+            rankers["memstrata+rerank"] = (lambda r: lambda q: _ranked_turns(r, q))(reranker)
+            mark = rerank_lm.meter.mark()
         results: dict[str, Any] = {}
         for name, rank in rankers.items():
             rank(questions[0]) if questions else None  # warm caches outside the timings
@@ -233,6 +247,15 @@ def run_retrieval_bench(
                 **_summarise(per_q, corrected=False),
                 "latency_ms": percentiles(lat),
                 "corrected": _summarise(per_q, corrected=True),
+            }
+        if reranker is not None:
+            usage = rerank_lm.meter.since(mark)
+            asked = max(len(questions) + 1, 1)  # the warm-up question is a call too
+            results["memstrata+rerank"]["llm"] = {
+                "model": rerank_lm.name, "depth": rerank_depth, **usage.model_dump(),
+                "calls_per_question": round(usage.calls / asked, 3),
+                "seconds_per_question": round(usage.seconds / asked, 3),
+                "replies": reranker.replies,
             }
         if cv:
             results["memstrata"]["cv"] = _cv_section(

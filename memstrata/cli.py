@@ -140,12 +140,20 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
     from memstrata.bench.report import retrieval_table, write_retrieval_outputs
     from memstrata.bench.retrieval import run_retrieval_bench
 
+    rerank_lm = None
+    if args.rerank_lm:
+        from memstrata.programs import setup_lm
+
+        if args.rerank_depth < 2:
+            raise SystemExit("memstrata: --rerank-depth must be 2 or more")
+        rerank_lm = setup_lm(args.rerank_lm)
     doc = run_retrieval_bench(
         args.data, audit=_audit(args), embedder=_embedder(not args.no_dense, args.embedder),
         weights=_weights(args.weights), db_path=args.db, limit=args.limit,
         cv=args.cv, cv_rounds=args.cv_rounds,
         encoders=[_embedder(True, name, "--encoders")
                   for name in _csv(args.encoders, "--encoders") or []],
+        rerank_lm=rerank_lm, rerank_depth=args.rerank_depth,
     )
     return _report(retrieval_table(doc), write_retrieval_outputs(doc, args.out))
 
@@ -485,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
 
     p = bsub.add_parser("retrieval", help="LoCoMo evidence recall, four retrievers side by side",
-                        description=cmd_bench_retrieval.__doc__ + " No LLM is used.")
+                        description=cmd_bench_retrieval.__doc__
+                        + " No LLM is used unless --rerank-lm is given.")
     _add_data_arg(p)
     _add_audit_arg(p)
     p.add_argument("--out", default="out", help="output folder (default ./out)")
@@ -502,6 +511,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoders", metavar="NAMES",
                    help="more embedders to measure in the same run, comma-separated (e.g. "
                    "mpnet,minilm): each adds dense:<model> and memstrata:<model> systems")
+    p.add_argument("--rerank-lm", metavar="MODEL",
+                   help="add memstrata+rerank: memstrata's top hits reordered by one call of "
+                   "this LLM per question (e.g. local/qwen2.5-coder-1.5b), its cost reported; "
+                   "slow on a CPU: combine with --limit")
+    p.add_argument("--rerank-depth", type=int, default=20, metavar="N",
+                   help="hits the reranker sees per question (default 20)")
     p.add_argument("--cv-rounds", type=int, default=2, metavar="N",
                    help="coordinate-ascent rounds of each fold's knob search (default 2)")
     p.set_defaults(func=cmd_bench_retrieval)

@@ -142,3 +142,16 @@ def test_more_encoders_add_their_own_systems(make_record, write_json, embedder) 
     assert doc["systems"]["memstrata:fake-hash"]["recall@10"]["overall"] == 1.0
     with pytest.raises(ValueError, match="already the bench's embedder"):
         run_retrieval_bench(data, embedder=embedder, encoders=[embedder], progress=False)
+
+
+def test_the_rerank_system_reports_its_cost(make_record, write_json, scripted) -> None:
+    data = write_json("two.json", [_conversation(make_record, f"conv-{n}", pet)
+                                   for n, pet in enumerate(("cat", "parrot"))])
+    handle = scripted(lambda system, user, schema: {"useful": [3, 1]})
+    doc = run_retrieval_bench(data, rerank_lm=handle, rerank_depth=3, progress=False)
+    system = doc["systems"]["memstrata+rerank"]
+    questions = doc["questions"]["overall"]
+    assert system["llm"]["calls"] == questions + 1 == handle.meter.since(0).calls
+    assert system["llm"]["depth"] == 3 and len(system["llm"]["replies"]) == questions + 1
+    assert system["llm"]["replies"][0]["picked"] == [3, 1]
+    assert "llm" not in doc["systems"]["memstrata"]
