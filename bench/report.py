@@ -36,8 +36,8 @@ def retrieval_table(doc: dict[str, Any]) -> str:
                     lat = result["latency_ms"]
                     line += f" {lat['p50']:>8.2f} {lat['p95']:>8.2f}"
                 lines.append(line)
-            if key_set is None:
-                lines += _cv_lines(doc["systems"].get("memstrata", {}).get("cv"))
+            if key_set is None and name == "memstrata":
+                lines += _cv_lines(result.get("cv"))
         lines.append("")
     ingest = doc["ingest"]
     lines.append(

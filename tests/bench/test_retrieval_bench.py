@@ -131,6 +131,7 @@ def test_the_table_shows_the_cv_rows(make_record, write_json) -> None:
         data, cv=True, cv_rounds=1, cv_knobs={"graph": (0.0,)}, progress=False))
     assert "cv (held out)" in table and "tuned in-sample" in table
     assert "fold conv-0: recall@10 1.000 held out" in table
+    assert table.count("cv (held out)") == 2  # k=5 and k=10, under memstrata only
 
 
 def test_more_encoders_add_their_own_systems(make_record, write_json, embedder) -> None:
