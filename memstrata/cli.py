@@ -28,6 +28,7 @@ from memstrata.chat_commands import cmd_chat, cmd_facts
 from memstrata.cognitive_commands import add_cognitive_parsers
 from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
+from memstrata.mcp_commands import add_mcp_parser
 from memstrata.memory_commands import add_memory_parsers
 from memstrata.model_commands import add_doctor_parser, add_models_parser
 from memstrata.personal_commands import add_reconcile_args, cmd_reconcile
@@ -466,6 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--vacuum", action="store_true",
                        help="then VACUUM the file so it shrinks (rewrites the whole file)")
     p.set_defaults(func=cmd_runs)
+
+    add_mcp_parser(sub, DEFAULT_DB)
 
     p = sub.add_parser("persona", help="what memory holds about one person, with citations",
                        description=cmd_persona.__doc__)

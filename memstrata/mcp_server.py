@@ -1,0 +1,368 @@
+"""An MCP server over one tenant's memory: the handle tools and ``answer``, bound to one
+user exactly as ``ToolSession`` binds them.
+
+Contracts:
+
+- The tools are ``ToolSession(store, user).handle_tools()`` (``ctx_stats``, ``ctx_peek``,
+  ``ctx_slice``, ``ctx_find``, ``mem_search``, ``mem_get``, ``mem_quote``, ``mem_add``,
+  ``event_log``), published with their own signatures and docstrings, plus ``answer``
+  when the memory has an LM. No tool takes a user: the tenant is fixed when the server
+  starts, and an argument a tool does not declare (``user_id``...) is refused.
+- The caps and refusals are the session's: a refusal reaches the client as a tool error
+  (``isError``) carrying the refusal's message; results are JSON objects (structured
+  content, and the same JSON as text).
+- Every call is one run in the store's run tables (program ``mcp.<tool>``), with the
+  tool call as its step; ``answer`` records its LLM calls and tokens as ``usage``. One
+  run per call, not per client session: the client's task is not known here, a session
+  may last for days and usually ends by the process being killed, and the recorder
+  writes a run's steps when it closes, so a session-long run would stay ``running``
+  (which pruning never removes) with its steps lost. Each run's config carries a
+  ``server_session`` id that groups the calls of one server process.
+- Arguments that fail the published schema (wrong type, an undeclared name) are refused
+  by the SDK before the tool runs, with pydantic's message, and are not recorded.
+- Calls are serialised: the SDK runs each synchronous tool on a worker thread, and one
+  store connection and one ``ToolSession`` serve every client of the process.
+
+``TenantTools`` holds the binding and the recording and imports nothing of ``mcp``;
+``build_server`` wraps it in the SDK's ``MCPServer`` (the ``mcp`` extra).
+
+Example:
+    >>> from memstrata import Memory
+    >>> tools = TenantTools(Memory.open(":memory:"), "ana")
+    >>> tools.call("mem_add", text="Ana swims at the lido")["status"]
+    'added'
+    >>> [r["kind"] for r in tools.call("mem_search", query="lido")["results"]]
+    ['semantic']
+"""
+
+from __future__ import annotations
+
+import hmac
+import inspect
+import json
+import threading
+import typing
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from memstrata.memory.runs import redact_text
+from memstrata.tools import HANDLE_TOOLS, ToolCall, ToolCaps, ToolError, ToolSession
+from memstrata.tools.base import check_cap
+from memstrata.trajectories import Recorder
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from memstrata.api import Memory
+
+SERVER_NAME = "memstrata"
+LOOPBACK = "127.0.0.1"
+HANDLE_TOOL_NAMES: tuple[str, ...] = tuple(fn.__name__ for fn in HANDLE_TOOLS)
+WRITE_TOOLS = frozenset({"mem_add", "event_log"})
+MAX_CONVERSATION_ID_CHARS = 256
+
+_ANSWER_FIELDS = ("question", "answer", "abstained", "answered_by", "reason", "evidence",
+                  "evidence_from", "sources", "speakers", "about", "conversation_id",
+                  "confidence")
+"""What ``answer`` returns of ``AnswerWithProvenance``: the answer and what it rests on,
+not the router's and verifier's internals (kept in the run record instead)."""
+
+
+ANSWER_DOC = """Answer a question from this user's memory: routed, checked for who said
+what, and returned with the evidence ids it rests on and why (or why it abstained).
+
+Args:
+    question: the question, in plain words.
+    conversation_id: only this conversation (default: all of the user's).
+"""
+"""``answer``'s description as agents see it (the method's own docstring is for callers)."""
+
+
+class TenantTools:
+    """The handle tools (and ``answer``) of one tenant, serialised and recorded.
+
+    Args:
+        memory: the open memory; its store, retriever and LM are used.
+        user_id: the tenant every call is bound to.
+        agent_id: recorded on the runs and on what ``mem_add`` writes.
+        caps: the tool caps (``ToolCaps()`` defaults when omitted).
+        transport: recorded in each run's config (``stdio`` or ``http``).
+    """
+
+    def __init__(self, memory: Memory, user_id: str, *, agent_id: str | None = None,
+                 caps: ToolCaps | None = None, transport: str = "stdio") -> None:
+        if not isinstance(user_id, str) or not user_id.strip() or len(user_id) > 256:
+            raise ValueError("--user must be a non-empty string of at most 256 characters")
+        self.memory = memory
+        self.session = ToolSession(memory.store, user_id, agent_id=agent_id, caps=caps,
+                                   retriever=memory.retriever)
+        self._bound = {t.__name__: t for t in self.session.handle_tools()}
+        self._lock = threading.Lock()
+        # One id per server process: the runs of one client session (stdio) share it, so
+        # they can be read back together; HTTP clients of one process share it too.
+        self.server_session = f"mcp_{uuid.uuid4().hex[:16]}"
+        self._config: dict[str, Any] = {
+            "transport": transport, "server_session": self.server_session,
+            "caps": self.session.caps.model_dump(),
+            "model": memory.lm.name if memory.lm is not None else None}
+
+    @property
+    def user_id(self) -> str:
+        """The tenant."""
+        return self.session.user_id
+
+    @property
+    def names(self) -> list[str]:
+        """The tools offered: the handle tools, and ``answer`` when there is an LM."""
+        return [*HANDLE_TOOL_NAMES, *(["answer"] if self.memory.lm is not None else [])]
+
+    def signature(self, name: str) -> tuple[inspect.Signature, dict[str, Any], str]:
+        """A tool's agent-facing signature with its annotations resolved to types (what a
+        schema is built from), those annotations by name, and its docstring."""
+        if name == "answer":
+            fn, doc = TenantTools.answer, ANSWER_DOC
+        else:
+            fn = next(f for f in HANDLE_TOOLS if f.__name__ == name)
+            doc = inspect.getdoc(fn) or ""
+        # Postponed annotations (``from __future__``): resolve them in the tool's module.
+        # The first parameter is the binding (``self`` for ``answer``): never published.
+        hints = typing.get_type_hints(fn)
+        params = [p.replace(annotation=hints.get(p.name, Any))
+                  for p in list(inspect.signature(fn).parameters.values())[1:]]
+        hints = {p.name: p.annotation for p in params} | {"return": hints["return"]}
+        return inspect.Signature(params, return_annotation=hints["return"]), hints, doc
+
+    def call(self, name: str, /, **kwargs: Any) -> dict[str, Any]:
+        """Call one tool as the bound tenant and record the call as a run.
+
+        Raises:
+            ToolError: a refusal (over a cap, unknown id or key, bad argument), or a tool
+                this server does not offer.
+        """
+        if name == "answer":
+            return self.answer(**kwargs)
+        tool = self._bound.get(name)
+        if tool is None:
+            raise ToolError(f"no tool {name!r}; tools: {', '.join(self.names)}")
+        with self._lock:
+            rec = self._start(name, task=_task(name, kwargs))
+            log = self.session.log
+            mark = len(log.calls)
+            self.session.binding.run_id = rec.run_id  # on what mem_add / event_log write
+            failure: BaseException | None = None
+            try:
+                return tool(**kwargs)
+            except BaseException as exc:
+                failure = exc
+                raise
+            finally:
+                self.session.binding.run_id = None
+                calls = log.since(mark)
+                del log.calls[mark:]  # a long-lived server must not grow the log forever
+                self._close(rec, calls, failure)
+
+    def answer(self, question: str, conversation_id: str | None = None) -> dict[str, Any]:
+        """``Memory.answer`` for the bound tenant, recorded as a run with its LLM usage.
+
+        Raises:
+            ToolError: no LM, a question over the query cap, a bad conversation id, or a
+                model whose output could not be parsed.
+        """
+        handle = self.memory.lm
+        if handle is None:
+            raise ToolError("answer: this server was started without --lm")
+        with self._lock:
+            # Cut: the run is opened before the question's length is checked.
+            rec = self._start("answer", task=question[:2000] if isinstance(question, str) else "",
+                              config={"conversation_id": conversation_id})
+            mark = handle.meter.mark()
+            try:
+                _check_question(question, conversation_id, self.session.caps)
+                out = self._answer(question, conversation_id)
+            except BaseException as exc:
+                rec.fail(exc if not isinstance(exc, ToolError) else str(exc),
+                         usage=handle.meter.since(mark).model_dump())
+                raise
+            result = out.model_dump(mode="json", include=set(_ANSWER_FIELDS))
+            rec.step("retrieve", "answer", input=question, data={"ids": out.retrieved})
+            rec.finish(output=result, usage=handle.meter.since(mark).model_dump())
+            return result
+
+    def _answer(self, question: str, conversation_id: str | None) -> Any:
+        from memstrata.programs.errors import ProgramParseError
+
+        try:
+            return self.memory.answer(question, user_id=self.user_id,
+                                      conversation_id=conversation_id)
+        except ProgramParseError as exc:  # a weak model's output: the caller may retry
+            raise ToolError(self._bounded(f"answer: {exc}")) from None
+
+    def _bounded(self, message: str) -> str:
+        return redact_text(message)[: self.session.caps.max_error_chars]
+
+    def _start(self, name: str, *, task: str, config: dict[str, Any] | None = None
+               ) -> Recorder:
+        rec = Recorder(self.memory.store, self.user_id, f"mcp.{name}", task=task,
+                       config={**self._config, **(config or {})},
+                       agent_id=self.session.binding.agent_id)
+        rec.start()
+        return rec
+
+    def _close(self, rec: Recorder, calls: list[ToolCall], failure: BaseException | None
+               ) -> None:
+        """Write the call as the run's step (as executors write theirs) and close it: a
+        refusal closes the run as ``error`` with the refusal's message."""
+        for call in calls:
+            rec.step("tool", call.name, input=call.args, output=call.error or "",
+                     output_chars=call.result_chars, ms=call.ms,
+                     data={"ids": call.ids, "error": call.error})
+        sizes = [c.result_chars for c in calls if c.error is None]
+        leakage = {"tool_calls": len(calls), "tool_return_chars": sum(sizes),
+                   "large_returns": sum(s >= self.session.caps.large_return_chars
+                                        for s in sizes)}
+        if failure is None:
+            rec.finish(output={"ids": [i for c in calls for i in c.ids]}, leakage=leakage)
+        else:
+            rec.fail(str(failure) if isinstance(failure, ToolError) else failure,
+                     leakage=leakage)
+
+
+def _task(name: str, kwargs: dict[str, Any]) -> str:
+    """A run's task line: the call as the client made it, cut short (the step keeps the
+    arguments; the recorder masks secrets)."""
+    try:
+        shown = json.dumps(kwargs, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        shown = repr(kwargs)
+    return f"{name} {shown[:300]}"
+
+
+def _check_question(question: Any, conversation_id: Any, caps: ToolCaps) -> None:
+    """``answer``'s arguments, refused as the tools refuse theirs (the query cap applies)."""
+    if not isinstance(question, str) or not question.strip():
+        raise ToolError("answer: question must be a non-empty string")
+    check_cap("answer", len(question), caps.max_query_chars, "a question of length")
+    if conversation_id is not None and (
+            not isinstance(conversation_id, str) or not conversation_id.strip()
+            or len(conversation_id) > MAX_CONVERSATION_ID_CHARS):
+        raise ToolError("answer: conversation_id must be a non-empty string of at most "
+                        f"{MAX_CONVERSATION_ID_CHARS} characters")
+
+
+# -- the MCP server ------------------------------------------------------------------------
+
+
+def build_server(tools: TenantTools) -> MCPServer:
+    """An ``MCPServer`` publishing ``tools.names``, each calling ``tools.call``.
+
+    Raises:
+        MissingExtraError: the ``mcp`` extra is not installed.
+    """
+    from memstrata.memory.extras import require
+
+    require("mcp", "mcp", "the MCP server")
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError as McpToolError
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.types import ToolAnnotations
+    from pydantic import ConfigDict
+
+    published = []
+    for name in tools.names:
+        signature, hints, doc = tools.signature(name)
+
+        def tool(_name: str = name, **kwargs: Any) -> dict[str, Any]:
+            try:
+                return tools.call(_name, **kwargs)
+            except ToolError as exc:  # a refusal: the client sees it as isError + message
+                raise McpToolError(str(exc)) from None
+
+        # The SDK builds the input schema from the signature: the tool's own, resolved.
+        fn = _named(name, doc, signature, hints, tool)
+        spec = Tool.from_function(fn, annotations=ToolAnnotations(
+            read_only_hint=name not in WRITE_TOOLS, destructive_hint=False,
+            open_world_hint=False))
+        # Refuse undeclared arguments (a ``user_id`` above all) instead of dropping them.
+        strict = type(spec.fn_metadata.arg_model.__name__, (spec.fn_metadata.arg_model,),
+                      {"model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True)})
+        spec.fn_metadata.arg_model = strict
+        spec.parameters = strict.model_json_schema(by_alias=True)
+        published.append(spec)
+    return MCPServer(SERVER_NAME, version=_version(), tools=published, log_level="WARNING",
+                     instructions=f"Long-term memory of one user ({tools.user_id!r}): search "
+                     "with mem_search, then fetch with mem_get or mem_quote.")
+
+
+def _named(name: str, doc: str, signature: inspect.Signature, hints: dict[str, Any],
+           call: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """``call`` presented as the tool ``name``: its docstring, signature and annotations."""
+
+    def fn(**kwargs: Any) -> dict[str, Any]:
+        return call(**kwargs)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    fn.__signature__ = signature  # type: ignore[attr-defined]
+    fn.__annotations__ = dict(hints)
+    return fn
+
+
+class BearerGuard:
+    """An ASGI wrapper that answers 401 to any HTTP request without ``Authorization:
+    Bearer <token>``; lifespan events pass through (they start the session manager).
+
+    The token is compared in constant time. Nothing else about the request is checked
+    here: the SDK's DNS-rebinding protection (on for 127.0.0.1) checks Host and Origin.
+    """
+
+    def __init__(self, app: Any, token: str) -> None:
+        if not token:
+            raise ValueError("a bearer token must not be empty")
+        self.app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self._authorised(scope):
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"www-authenticate", b'Bearer realm="memstrata"')]})
+            await send({"type": "http.response.body",
+                        "body": b'{"error": "a bearer token is required"}'})
+            return
+        await self.app(scope, receive, send)
+
+    def _authorised(self, scope: dict[str, Any]) -> bool:
+        for key, value in scope.get("headers", ()):
+            if key.lower() == b"authorization":
+                scheme, _, credential = value.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(
+                    credential.strip(), self._token)
+        return False
+
+
+def serve_stdio(server: MCPServer) -> None:
+    """Serve over stdin/stdout until the client closes them. While serving, the SDK points
+    fd 1 at stderr, so stray output cannot corrupt the protocol."""
+    import anyio
+
+    anyio.run(server.run_stdio_async)
+
+
+def serve_http(server: MCPServer, *, port: int, token: str) -> None:
+    """Serve streamable HTTP at ``http://127.0.0.1:PORT/mcp`` (loopback only), every
+    request required to carry ``Authorization: Bearer <token>``."""
+    import uvicorn
+
+    app = BearerGuard(server.streamable_http_app(host=LOOPBACK), token)
+    uvicorn.Server(uvicorn.Config(app, host=LOOPBACK, port=port, log_level="warning")).run()
+
+
+def _version() -> str:
+    import memstrata
+
+    return str(getattr(memstrata, "__version__", ""))
+
+
+__all__ = ["HANDLE_TOOL_NAMES", "LOOPBACK", "SERVER_NAME", "BearerGuard", "TenantTools",
+           "build_server", "serve_http", "serve_stdio"]
