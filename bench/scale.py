@@ -532,15 +532,20 @@ def run_scale_bench(
 
 
 def _code_versions() -> dict[str, str]:
-    """Short sha256 of the store and retrieval sources measured (figures go stale with them)."""
+    """Short sha256 of the store and retrieval sources measured (figures go stale with them):
+    one for ``retrieval.py`` and one over every module of the ``store`` package."""
     from memstrata.memory import retrieval as retrieval_mod
     from memstrata.memory import store as store_mod
 
-    return {
-        Path(m.__file__).name: hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest()[:12]
-        for m in (store_mod, retrieval_mod)
-        if m.__file__
-    }
+    def digest(paths: list[Path]) -> str:
+        h = hashlib.sha256()
+        for path in paths:
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+        return h.hexdigest()[:12]
+
+    store_dir = Path(str(store_mod.__file__)).parent
+    return {"store": digest(sorted(store_dir.glob("*.py"))),
+            "retrieval.py": digest([Path(str(retrieval_mod.__file__))])}
 
 
 def _size_keys(doc: dict[str, Any]) -> list[str]:

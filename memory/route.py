@@ -52,29 +52,12 @@ class Router:
     def people(self, user_id: str) -> list[str]:
         """Every person the tenant's memory knows by name (speakers, subjects, entities)."""
         known = set(self.store.speakers(user_id))
-        for row in self.store.conn.execute(
-                "SELECT json_extract(data, '$.name') FROM items WHERE user_id = ?"
-                " AND kind = 'entity'"
-                " AND json_extract(data, '$.entity_type') = 'person'", (user_id,)):
-            if row[0]:
-                known.add(row[0])
+        known.update(self.store.entity_names(user_id, "person"))
         return sorted(known)
 
     def conversations_of(self, user_id: str, people: list[str]) -> list[str]:
         """The tenant's conversations where any of ``people`` speaks or is the subject."""
-        if not people:
-            rows = self.store.conn.execute(
-                "SELECT DISTINCT conversation_id FROM turns WHERE user_id = ?"
-                " UNION SELECT DISTINCT conversation_id FROM items WHERE user_id = ?"
-                " AND conversation_id IS NOT NULL", (user_id, user_id))
-            return sorted(r[0] for r in rows)
-        marks = ",".join("?" * len(people))
-        rows = self.store.conn.execute(
-            f"SELECT DISTINCT conversation_id FROM turns WHERE user_id = ? AND speaker IN"
-            f" ({marks}) UNION SELECT DISTINCT conversation_id FROM items WHERE user_id = ?"
-            f" AND conversation_id IS NOT NULL AND (speaker IN ({marks}) OR about IN ({marks}))",
-            (user_id, *people, user_id, *people, *people))
-        return sorted(r[0] for r in rows)
+        return self.store.conversations_with(user_id, people)
 
     def route(self, user_id: str, question: str, *, conversation_id: str | None = None,
               now: datetime | None = None) -> Route:
@@ -114,8 +97,5 @@ class Router:
             del self._indexes[key]
 
     def _items(self, user_id: str, conversation_id: str) -> list[Item]:
-        ids = [r[0] for r in self.store.conn.execute(
-            "SELECT id FROM items WHERE user_id = ? AND conversation_id = ? AND valid_to IS NULL"
-            f" AND kind IN ({','.join('?' * len(ATTRIBUTED_KINDS))})",
-            (user_id, conversation_id, *ATTRIBUTED_KINDS))]
+        ids = self.store.current_ids(user_id, conversation_id, ATTRIBUTED_KINDS)
         return self.store.get_many(user_id, ids) if ids else []

@@ -64,10 +64,7 @@ class VoEFacts:
         with self.store.transaction():
             fact_id = self.store.add(item)
             # Ids only (no model validation): this runs on every surprising turn.
-            for (old,) in self.store.conn.execute(
-                    "SELECT id FROM items WHERE user_id = ? AND kind = 'fact' AND source = ?"
-                    " ORDER BY recorded_at DESC, rowid DESC LIMIT -1 OFFSET ?",
-                    (user_id, SOURCE, self.max_facts)).fetchall():
+            for old in self.store.source_ids(user_id, "fact", SOURCE, skip=self.max_facts):
                 self.store.delete(user_id, old)
         stored = self.store.get(user_id, fact_id)
         assert isinstance(stored, FactItem)
@@ -75,10 +72,8 @@ class VoEFacts:
 
     def facts(self, user_id: str) -> list[FactItem]:
         """The user's facts, oldest first."""
-        rows = self.store._q(
-            "SELECT * FROM items WHERE user_id = ? AND kind = 'fact' AND source = ?"
-            " ORDER BY recorded_at, rowid", (user_id, SOURCE))
-        return [f for f in (self.store._item(r) for r in rows) if isinstance(f, FactItem)]
+        return [f for f in self.store.source_items(user_id, "fact", SOURCE)
+                if isinstance(f, FactItem)]
 
     def delete(self, user_id: str, fact_id: str) -> bool:
         """Delete one of the user's facts; True if it existed."""
@@ -117,17 +112,12 @@ class VoEFacts:
 
     def prediction(self, user_id: str) -> str | None:
         """The cached prediction of the user's next message, if any."""
-        row = self.store.conn.execute(
-            "SELECT text FROM items WHERE user_id = ? AND kind = 'working' AND source = ?"
-            " ORDER BY rowid DESC LIMIT 1", (user_id, PREDICTION_SOURCE)).fetchone()
-        return None if row is None else row[0]
+        return self.store.last_source_text(user_id, "working", PREDICTION_SOURCE)
 
     def set_prediction(self, user_id: str, text: str) -> None:
         """Replace the cached prediction."""
         with self.store.transaction():
-            for (old,) in self.store.conn.execute(
-                    "SELECT id FROM items WHERE user_id = ? AND kind = 'working' AND source = ?",
-                    (user_id, PREDICTION_SOURCE)).fetchall():
+            for old in self.store.source_ids(user_id, "working", PREDICTION_SOURCE):
                 self.store.delete(user_id, old)
             if text.strip():
                 self.store.add(WorkingItem(user_id=user_id, text=text.strip(),

@@ -251,7 +251,7 @@ def _prune_runs(store: Any, args: argparse.Namespace) -> dict[str, Any]:
                               keep_evidence=not args.drop_evidence, dry_run=args.dry_run)
     doc = report.model_dump()
     if args.vacuum and not args.dry_run:
-        store.conn.execute("VACUUM")
+        store.vacuum()
         doc["vacuumed"] = True
     return doc
 

@@ -166,7 +166,7 @@ class Runner:
             write_summary(self.out, summary, results, cfg.model_dump(mode="json"))
             (self.out / "run.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
             export_jsonl(store, self.out / "trajectories.jsonl", user_id=user)
-            store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # memory.db is whole
+            store.checkpoint()  # memory.db is whole
             return summary
         finally:
             store.close()
