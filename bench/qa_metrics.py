@@ -152,6 +152,27 @@ def token_f1(prediction: str, truth: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def missed_tokens(prediction: str, truth: str) -> list[str]:
+    """The words of ``truth`` that :func:`token_f1` finds no match for in ``prediction``.
+
+    Words are normalised as ``token_f1`` normalises them, and matched by their stems with
+    multiplicity (the second "red" of the truth is missed if the prediction says it once).
+
+    Example:
+        >>> missed_tokens("a cat", "the black cats")
+        ['black']
+    """
+    left = Counter(_stemmed_tokens(prediction))
+    missed = []
+    for word in normalize_answer(truth).split():
+        stem = _stem(word)
+        if left[stem] > 0:
+            left[stem] -= 1
+        else:
+            missed.append(word)
+    return missed
+
+
 def exact_match(prediction: str, truth: str) -> float:
     """1.0 when the normalised prediction equals the normalised truth, else 0.0.
 

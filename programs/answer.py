@@ -23,6 +23,7 @@ verification's scores, whether it answered or abstained.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -34,6 +35,7 @@ from memstrata.memory.verify import Verification, VerifySettings, coverage, ques
 from memstrata.packers import from_hits, pack
 from pydantic import BaseModel
 
+from .binding import Live
 from .qa import QA
 
 
@@ -85,11 +87,40 @@ class AnswerWithProvenance(BaseModel):
     packed: list[str] = []
 
 
+@dataclass(frozen=True)
+class AnswerSources:
+    """What ``PersonalAnswerer`` reads at call time: the store, its retrieval and routing,
+    and the answering model's token counter. Live things: never part of the program's
+    state, never copied with it (see ``programs.binding``)."""
+
+    store: Store
+    retriever: Retriever
+    router: Router
+    count_tokens: Callable[[str], int]
+
+    @classmethod
+    def over(cls, store: Store, *, retriever: Retriever | None = None,
+             count_tokens: Callable[[str], int] | None = None) -> AnswerSources:
+        """Sources over ``store``: lexical retrieval unless ``retriever`` is given, and a
+        rough four characters a token unless ``count_tokens`` is."""
+        return cls(store=store, retriever=retriever or Retriever(store), router=Router(store),
+                   count_tokens=count_tokens or _rough_tokens)
+
+
+def _rough_tokens(text: str) -> int:
+    return len(text) // 4 + 1
+
+
 class PersonalAnswerer(dspy.Module):
     """Answers questions about people from one store, verifying attribution first.
 
+    Its state as a DSPy program is ``qa``'s predictor and ``settings``; the store, the
+    retriever and the router are :class:`AnswerSources`, bound with ``bind`` (or the
+    constructor's ``store``) or passed per call as ``sources``. A copy an optimizer makes
+    (``copy.deepcopy``) shares no store: it is unbound until bound again.
+
     Args:
-        store: the memory store.
+        store: the memory store (optional: bind it later, or pass ``sources`` per call).
         retriever: hybrid retrieval over it (default: lexical only, no embedder).
         count_tokens: the answering model's token counter (for the memory budget);
             default: a rough four characters a token.
@@ -105,32 +136,57 @@ class PersonalAnswerer(dspy.Module):
         "Not mentioned for Ana: it was Ben's race (s2:3)"
     """
 
-    def __init__(self, store: Store, *, retriever: Retriever | None = None,
+    def __init__(self, store: Store | None = None, *, retriever: Retriever | None = None,
                  count_tokens: Callable[[str], int] | None = None,
                  settings: AnswerSettings | None = None, qa: QA | None = None) -> None:
         super().__init__()
-        self.store = store
-        self.retriever = retriever or Retriever(store)
-        self.router = Router(store)
-        self.count_tokens = count_tokens or (lambda s: len(s) // 4 + 1)
         self.settings = settings or AnswerSettings()
         self.qa = qa or QA()
+        self.sources: Live[AnswerSources] = Live(what="store (AnswerSources)")
+        if store is not None:
+            self.bind(store, retriever=retriever, count_tokens=count_tokens)
+
+    def bind(self, store: Store, *, retriever: Retriever | None = None,
+             count_tokens: Callable[[str], int] | None = None) -> PersonalAnswerer:
+        """Bind this program to ``store`` (see ``AnswerSources.over``); returns itself."""
+        self.sources = Live(AnswerSources.over(store, retriever=retriever,
+                                               count_tokens=count_tokens),
+                            what="store (AnswerSources)")
+        return self
+
+    @property
+    def store(self) -> Store:
+        """The bound store."""
+        return self.sources.get().store
+
+    @property
+    def retriever(self) -> Retriever:
+        """The bound retriever."""
+        return self.sources.get().retriever
+
+    @property
+    def router(self) -> Router:
+        """The bound router (``Memory`` forgets a tenant's routing through it)."""
+        return self.sources.get().router
 
     def forward(self, question: str, user_id: str, conversation_id: str | None = None,
-                now: datetime | None = None) -> dspy.Prediction:
-        """Answer ``question`` for tenant ``user_id``.
+                now: datetime | None = None, *, sources: AnswerSources | None = None
+                ) -> dspy.Prediction:
+        """Answer ``question`` for tenant ``user_id``, from ``sources`` when given, else
+        from the bound ones (``UnboundProgramError`` when there are none).
 
         Returns a prediction with ``answer``, ``abstained``, ``evidence``, ``provenance``
         (:class:`AnswerWithProvenance`) and ``memories`` (the packed block shown to the
         model; empty when the verifier abstained without asking it).
         """
-        route = self.router.route(user_id, question, conversation_id=conversation_id, now=now)
-        indexes = [self.router.index(user_id, c) for c in route.conversations]
+        src = sources or self.sources.get()
+        route = src.router.route(user_id, question, conversation_id=conversation_id, now=now)
+        indexes = [src.router.index(user_id, c) for c in route.conversations]
         person = route.people[0] if len(route.people) == 1 else None
         checked = verify(indexes, question, person, settings=self.settings.verify,
                          span=route.span)
         only = route.conversations[0] if len(route.conversations) == 1 else None
-        hits = self.retriever.search(user_id, question, k=self.settings.retrieve_k,
+        hits = src.retriever.search(user_id, question, k=self.settings.retrieve_k,
                                      filters=Filters(conversation_id=only) if only else None,
                                      now=now)
         if route.scope != "global":  # a person in several conversations: only theirs
@@ -148,7 +204,7 @@ class PersonalAnswerer(dspy.Module):
                 about=[other.person],
                 confidence=round(other.score - (checked.named.score if checked.named else 0), 4))
             return self._finish(result, other.conversation_id, indexes, hits, memories="")
-        packed = pack(from_hits(hits), self.settings.budget, self.count_tokens,
+        packed = pack(from_hits(hits), self.settings.budget, src.count_tokens,
                       date_style=self.qa.style.date_style)
         pred = self.qa(question=question, memories=packed.text)
         terms = question_terms(question, [p for ix in indexes for p in ix.participants])

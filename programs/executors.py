@@ -15,9 +15,14 @@ is not a sandbox and is labelled so wherever it is chosen.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import time
+import typing
 from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Annotated, Any, Literal
 
 import dspy
@@ -29,6 +34,7 @@ from memstrata.tools import BlobRef, ToolCall, ToolSession
 from memstrata.trajectories import Leakage, Recorder, measure, redact_text
 from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
 
+from .binding import UnboundProgramError
 from .errors import ProgramParseError
 from .handles import SandboxBlobRef
 from .instrument import PromptTap
@@ -169,12 +175,28 @@ class NoRepeats:
     Greedy small models loop on one call; the notice says where the first result is and
     what to do instead (``StopOnRepeat`` ends the loop if the call comes a third time).
     ``clear`` starts a new task (calls made for an earlier one no longer count).
+
+    Inside an :class:`Executor` call the calls seen are the call's own (kept with its bound
+    tools, not here): a copy of the executor an optimizer makes then shares no state with
+    the original, whose wrapped functions it shares.
     """
 
     def __init__(self, tools: list[Callable[..., Any]]) -> None:
-        self.seen: set[str] = set()
-        self.noticed: set[str] = set()
+        self._seen: set[str] = set()
+        self._noticed: set[str] = set()
         self.tools = [dspy.Tool(self._wrap(fn)) for fn in tools]
+
+    @property
+    def seen(self) -> set[str]:
+        """The calls made so far (this executor call's, inside one)."""
+        bound = _BOUND.get()
+        return bound.seen if bound is not None else self._seen
+
+    @property
+    def noticed(self) -> set[str]:
+        """The repeated calls that got the notice (this executor call's, inside one)."""
+        bound = _BOUND.get()
+        return bound.noticed if bound is not None else self._noticed
 
     def clear(self) -> None:
         """Forget the calls made so far."""
@@ -260,6 +282,160 @@ def build_executor(settings: ExecutorSettings, tools: list[Callable[..., Any]],
     raise ValueError(f"executor must be one of {EXECUTORS}, not {settings.executor!r}")
 
 
+@dataclass
+class _Bound:
+    """One executor call's live side: its tools by name, and the calls ``NoRepeats`` saw."""
+
+    tools: dict[str, Callable[..., Any]]
+    seen: set[str] = dc_field(default_factory=set)
+    noticed: set[str] = dc_field(default_factory=set)
+
+
+# The tools bound to the executor call running in this context. A context variable, not
+# an attribute: the executor (and every copy an optimizer makes of it) holds only tool
+# *slots*, and each call, in whatever thread, reaches its own session's tools.
+_BOUND: ContextVar[_Bound | None] = ContextVar("memstrata_executor_tools", default=None)
+
+
+def tool_slot(prototype: Callable[..., Any], *, drop_first: bool = False) -> Callable[..., Any]:
+    """A stand-in for a tool: the prototype's name, docstring, signature and (resolved)
+    annotations, calling the tool of that name bound to the current ``Executor`` call.
+
+    The agent's prompt is built from exactly what the prototype shows, so a slot reads the
+    same as the tool; the slot keeps no reference to the prototype (nor to the session it
+    may close over), so copying the executor never reaches a store.
+
+    Args:
+        prototype: a tool as the agent sees it (a session-bound one), or, with
+            ``drop_first``, an unbound tool function whose first parameter is the
+            ``Binding`` that ``ToolSession.bind`` fills in.
+    """
+    name = prototype.__name__
+    signature = inspect.signature(prototype)
+    if drop_first:
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+    try:  # resolved here: the slot's module is not the one its string annotations name
+        hints = typing.get_type_hints(prototype)
+    except (NameError, TypeError):
+        hints = dict(getattr(prototype, "__annotations__", {}))
+    hints = {k: v for k, v in hints.items() if k in signature.parameters or k == "return"}
+
+    def slot(*args: Any, **kwargs: Any) -> Any:
+        bound = _BOUND.get()
+        if bound is None or name not in bound.tools:
+            raise UnboundProgramError(f"tool {name!r} was called outside an executor call "
+                                      "that binds it (Executor(..., tools=...))")
+        return bound.tools[name](*args, **kwargs)
+
+    slot.__name__ = slot.__qualname__ = name
+    slot.__doc__ = prototype.__doc__
+    slot.__signature__ = signature  # type: ignore[attr-defined]
+    slot.__annotations__ = hints
+    return slot
+
+
+class Executor(dspy.Module):
+    """An executor (RLM, ReAct or the scratchpad) built once, its tools bound per call.
+
+    Its state as a DSPy program is its predictors only: the step and final predictors
+    persist across calls (an optimizer tunes them; ``save_program`` writes them), while
+    the tool session is bound for one call (``tools=``). The agent sees tool *slots*
+    made from ``tools`` (names, docstrings, signatures); each call's tools must carry the
+    same names. A copy (``copy.deepcopy``) shares no session and no store.
+
+    Args:
+        settings: the executor and its budgets.
+        tools: prototypes of the tools the agent gets (a session's bound tools, or unbound
+            tool functions with ``drop_first``); with ``settings.writes`` off, the write
+            tools among them are left out.
+        signature: the task's signature (``question`` in, the answer last out).
+        context: names of the extra inputs (blob handles or text) the task passes.
+        factory: the interpreter factory (RLM and the scratchpad; default: the settings'
+            interpreter, created per run); a call may pass another (``interpreter_factory``).
+        drop_first: ``tools`` are unbound functions whose first parameter is a ``Binding``.
+
+    Example:
+        >>> agent = Executor(ExecutorSettings(executor="react"), session.handle_tools())
+        >>> pred = agent(question="Who is Oscar?", tools=session.handle_tools())  # doctest: +SKIP
+    """
+
+    def __init__(self, settings: ExecutorSettings | None = None,
+                 tools: list[Callable[..., Any]] | None = None,
+                 signature: type[dspy.Signature] = AnswerWithTools,
+                 context: list[str] | tuple[str, ...] = (),
+                 factory: Callable[[], Any] | None = None, *, drop_first: bool = False) -> None:
+        super().__init__()
+        self.settings = settings = settings or ExecutorSettings()
+        prototypes = [t for t in tools or []
+                      if settings.writes or t.__name__ not in WRITE_TOOLS]
+        self.tool_names = [t.__name__ for t in prototypes]
+        self.context_names = list(context)
+        self.output_name = list(signature.output_fields)[-1]
+        if factory is None and settings.executor != "react":
+            factory = (interpreter_factory("local") if settings.interpreter == "local"
+                       else _LazySandbox(settings.sandbox_limits()))
+        self.agent, steps, finals = build_executor(
+            settings, [tool_slot(t, drop_first=drop_first) for t in prototypes],
+            executor_signature(self.context_names, signature), factory)
+        self._step_ids = [id(m) for m in steps]
+        self._final_ids = [id(m) for m in finals]
+
+    def step_modules(self) -> list[Any]:
+        """The modules that take a step (watched by ``PromptTap``)."""
+        return self._modules(self._step_ids, "step")
+
+    def final_modules(self) -> list[Any]:
+        """The modules that give the final answer (watched by ``PromptTap``)."""
+        return self._modules(self._final_ids, "final")
+
+    def _modules(self, ids: list[int], role: str) -> list[Any]:
+        # By the agent's own attributes, so a copy names its own modules, not the original's.
+        roles = {"rlm": ("generate_action", "extract"), "react": ("react", "extract"),
+                 "scratchpad": ("step", "finish")}[self.settings.executor]
+        module = getattr(self.agent, roles[0 if role == "step" else 1])
+        if self.settings.executor == "react" and role == "step":
+            module = module.step  # StopOnRepeat wraps the structured step
+        return [module]
+
+    def forward(self, question: str, *, tools: list[Callable[..., Any]],
+                interpreter_factory: Callable[[], Any] | None = None,
+                **context: Any) -> dspy.Prediction:
+        """Run the agent on ``question`` with ``tools`` bound to its slots for this call.
+
+        Raises:
+            ValueError: a tool the executor was built with is missing from ``tools``, or
+                ``context`` names an input it was not built for.
+        """
+        given = {t.__name__: t for t in tools}
+        missing = [n for n in self.tool_names if n not in given]
+        if missing:
+            raise ValueError(f"this executor's tools {missing} are not among the call's "
+                             f"tools {sorted(given)}")
+        unknown = sorted(set(context) - set(self.context_names))
+        if unknown:
+            raise ValueError(f"this executor takes the context {self.context_names}, "
+                             f"not {unknown}")
+        token = _BOUND.set(_Bound(tools=given))
+        try:
+            if interpreter_factory is not None and self.settings.executor != "react":
+                return self.agent(question=question, interpreter_factory=interpreter_factory,
+                                  **context)
+            return self.agent(question=question, **context)
+        finally:
+            _BOUND.reset(token)
+
+
+class _LazySandbox:
+    """The offline sandbox's factory, set up on the first interpreter it makes: building an
+    executor needs no sandbox installed, running one does (as before, once per run)."""
+
+    def __init__(self, limits: SandboxLimits) -> None:
+        self.limits = limits
+
+    def __call__(self) -> Any:
+        return interpreter_factory("sandbox", limits=self.limits)()
+
+
 def _variables_info_chars(executor: str, variables: dict[str, Any], question: str) -> int:
     """Size of the variables summary the model sees each iteration."""
     if executor == "react":  # ReAct has no summary: the inputs themselves are the prompt
@@ -319,7 +495,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
                  layers: tuple[str, ...] = ("turns", "items", "blobs"),
                  judge: ModelHandle | None = None,
                  signature: type[dspy.Signature] = AnswerWithTools,
-                 tools: list[Callable[..., Any]] | None = None) -> ExecutorRun:
+                 tools: list[Callable[..., Any]] | None = None,
+                 executor: Executor | None = None) -> ExecutorRun:
     """Run one executor session on ``question`` and record it in the session's store.
 
     Args:
@@ -338,13 +515,18 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
         tools: the tools to give the agent instead of the settings' memory tools; bind
             extra ones with ``session.bind`` so their calls are logged like the rest.
             With ``settings.writes`` off, the write tools among them are withheld too.
+        executor: a persistent (or compiled) :class:`Executor` to run instead of one built
+            for this call; its settings are the run's, ``signature`` is not used (its
+            own is), and ``tools`` and ``context`` must match what it was built with.
 
     Returns:
         The answer, the steps, the leakage figures and the usage. A failure a weak model
         causes (unparseable output, window overflow, sandbox death) is returned with
         ``error`` set and recorded as an ``error`` run; other exceptions propagate.
     """
-    settings = settings or ExecutorSettings()
+    if executor is not None and settings is not None and settings != executor.settings:
+        raise ValueError("settings differ from the executor's own: pass one or the other")
+    settings = executor.settings if executor is not None else settings or ExecutorSettings()
     if tools is None:
         tools = session.handle_tools() if settings.tools == "handles" else session.naive_tools()
     if not settings.writes:
@@ -354,11 +536,14 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
     variables: dict[str, Any] = {
         name: (repr(v) if settings.executor == "react" else SandboxBlobRef(v))
         if isinstance(v, BlobRef) else v for name, v in (context or {}).items()}
-    if factory is None and settings.executor != "react":
-        factory = interpreter_factory(settings.interpreter,
-                                      limits=settings.sandbox_limits())
-    module, step_mods, final_mods = build_executor(
-        settings, tools, executor_signature(list(variables), signature), factory)
+    if executor is None:  # one built for this call: today's behaviour, prompt for prompt
+        if factory is None and settings.executor != "react":  # fails here when missing
+            factory = interpreter_factory(settings.interpreter,
+                                          limits=settings.sandbox_limits())
+        executor = Executor(settings, tools, signature, list(variables), factory)
+        factory = None
+    module = executor
+    step_mods, final_mods = executor.step_modules(), executor.final_modules()
     calls_mark, meter_mark = len(session.log.calls), handle.meter.mark()
     tap = PromptTap(step_mods, final_mods, marker=lambda: len(session.log.calls),
                     watch={n: v for n, v in (context or {}).items() if isinstance(v, str)})
@@ -373,7 +558,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
         pred, error = None, None
         try:
             with dspy.context(lm=handle.lm, callbacks=[*dspy.settings.callbacks, tap]):
-                pred = module(question=question, **variables)
+                pred = module(question=question, tools=tools, interpreter_factory=factory,
+                              **variables)
         except EXPECTED_FAILURES as exc:
             error = redact_text(f"{type(exc).__name__}: {exc}")[:1000]  # masked, then cut
         finally:
@@ -382,7 +568,7 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
         calls = session.log.since(calls_mark)
         shown = _record_steps(rec, settings.executor, steps, calls,
                               [m - calls_mark for m in tap.step_marks], tap.context_chars)
-        output_name = list(signature.output_fields)[-1]
+        output_name = executor.output_name
         answer = "" if pred is None else str(getattr(pred, output_name, "") or "")
         usage = handle.meter.since(meter_mark)
         leakage = measure(

@@ -97,9 +97,11 @@ class Scratchpad(dspy.Module):
             parts.append(f"Step {i}\nCode:\n{s['code']}\nOutput:\n{out or '(nothing printed)'}")
         return "\n\n".join(parts) or "(no steps yet)"
 
-    def forward(self, question: str, **variables: Any) -> dspy.Prediction:
-        """Run steps until the code submits an answer or the steps run out."""
-        interpreter = self.interpreter_factory()
+    def forward(self, question: str, *, interpreter_factory: Callable[[], Any] | None = None,
+                **variables: Any) -> dspy.Prediction:
+        """Run steps until the code submits an answer or the steps run out, in an
+        interpreter from ``interpreter_factory`` (this call's) or the constructor's."""
+        interpreter = (interpreter_factory or self.interpreter_factory)()
         interpreter.tools.update({t.__name__: t for t in self.tools})
         if hasattr(interpreter, "output_fields"):
             interpreter.output_fields = [{"name": "answer", "type": "str"}]

@@ -141,20 +141,30 @@ def _without_defaults(value: Any) -> Any:
 class StructuredPredict(dspy.Module):
     """``dspy.Predict`` over JSON, with one retry and a specific error after it.
 
+    Its one predictor is ``predict`` (``named_predictors()`` lists it as ``predict``, or
+    ``<attr>.predict`` inside a program), so an optimizer sees and sets its demos and
+    instructions like any ``dspy.Predict``'s; ``signature`` reads through to it.
+
+    The adapter is this program's, not ``dspy.configure``'s: the prompt shape is part of
+    the program (what its demos were written for), so a caller's global adapter does not
+    silently change it. Set ``adapter`` (argument or attribute) to run it with another.
+
     Args:
         signature: the DSPy signature (a class with a docstring: small models answer a
             bare string signature with its literal placeholders).
         name: the program's name, used in errors and trajectories.
         max_tokens: this program's output budget, when it needs another than the LM's
             (an extractor's bounded JSON is longer than an answer).
+        adapter: the adapter to format and parse with (default: ``CompactJSONAdapter()``).
     """
 
     def __init__(self, signature: type[dspy.Signature], name: str,
-                 max_tokens: int | None = None) -> None:
+                 max_tokens: int | None = None, adapter: dspy.Adapter | None = None) -> None:
         super().__init__()
         self.predict = dspy.Predict(signature)
         self.name = name
         self.max_tokens = max_tokens
+        self.adapter: dspy.Adapter = adapter or CompactJSONAdapter()
 
     @property
     def signature(self) -> type[dspy.Signature]:
@@ -170,7 +180,7 @@ class StructuredPredict(dspy.Module):
         first = {"max_tokens": self.max_tokens} if self.max_tokens else {}
         retry = {"rollout_id": 1, "temperature": 0.7, "max_tokens": 2 * budget}
         for config in (first, retry):
-            with dspy.context(adapter=CompactJSONAdapter()):
+            with dspy.context(adapter=self.adapter):
                 try:
                     return self.predict(**inputs, config=config)
                 except AdapterParseError as exc:

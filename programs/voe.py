@@ -28,6 +28,7 @@ from memstrata.memory import Conversation, Session, Store, Turn
 from memstrata.memory.voe_facts import ScoredFact, VoEFacts, similarity
 from pydantic import BaseModel, Field, StringConstraints
 
+from .binding import Live
 from .lm import ModelHandle
 from .structured import StructuredPredict
 
@@ -110,8 +111,49 @@ class TurnResult(BaseModel):
     llm_calls: int = 0
 
 
+class VoEPredictor(dspy.Module):
+    """Call 1 of a turn: predict the user's next move and the information needed; after a
+    violation, the same call also distils what the surprise taught (``fact``, ``tags``).
+
+    A program of predictors only (``predict``, ``predict_distil``): an optimizer tunes it,
+    ``save_program`` writes it, and ``VoELoop(predictor=...)`` runs a compiled one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.predict = StructuredPredict(PredictNext, "voe.predict")
+        self.predict_distil = StructuredPredict(PredictAndDistil, "voe.predict+distil")
+
+    def forward(self, history: str, expected: str | None = None,
+                actual: str | None = None) -> dspy.Prediction:
+        """``prediction`` and ``needed_info``; with ``expected`` and ``actual`` (a
+        violation) also ``fact`` and ``tags``."""
+        if expected is not None and actual is not None:
+            return self.predict_distil(history=history, expected=expected, actual=actual)
+        return self.predict(history=history)
+
+
+class VoEResponder(dspy.Module):
+    """Call 2 of a turn: the reply, and the prediction of the user's next message.
+
+    A program of one predictor (``respond``), tunable and savable like ``VoEPredictor``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.respond = StructuredPredict(Respond, "voe.respond")
+
+    def forward(self, history: str, facts: str) -> dspy.Prediction:
+        """``reply`` and ``next_prediction`` from the history and the facts shown."""
+        return self.respond(history=history, facts=facts)
+
+
 class VoELoop(dspy.Module):
     """One user's chat with the VoE loop, persisted in ``store``.
+
+    Its programs are ``predictor`` (:class:`VoEPredictor`) and ``responder``
+    (:class:`VoEResponder`); the store is held apart from them (``programs.binding``), so
+    a copy of the loop shares no store (it is unbound).
 
     Args:
         store: where history, facts and the cached prediction live.
@@ -121,21 +163,35 @@ class VoELoop(dspy.Module):
             but no fact is ever stored or shown.
         persist_history: keep the chat's messages in the store (off for replays, which
             bring their own history).
+        predictor: call 1's program (default: a fresh ``VoEPredictor``; a compiled one).
+        responder: call 2's program (default: a fresh ``VoEResponder``; a compiled one).
     """
 
     def __init__(self, store: Store, user_id: str, settings: VoESettings | None = None, *,
-                 use_facts: bool = True, persist_history: bool = True) -> None:
+                 use_facts: bool = True, persist_history: bool = True,
+                 predictor: VoEPredictor | None = None,
+                 responder: VoEResponder | None = None) -> None:
         super().__init__()
-        self.store, self.user_id = store, user_id
+        self.user_id = user_id
         self.settings = settings or VoESettings()
         self.use_facts = use_facts
         self.persist_history = persist_history
-        self.facts = VoEFacts(store, self.settings.max_facts)
-        self.predict = StructuredPredict(PredictNext, "voe.predict")
-        self.predict_distil = StructuredPredict(PredictAndDistil, "voe.predict+distil")
-        self.respond = StructuredPredict(Respond, "voe.respond")
+        self.live: Live[tuple[Store, VoEFacts]] = Live(
+            (store, VoEFacts(store, self.settings.max_facts)), what="store")
+        self.predictor = predictor or VoEPredictor()
+        self.responder = responder or VoEResponder()
         self.messages: list[tuple[str, str]] = self._load_history() if persist_history else []
         self._facts_cache = self.facts.facts(user_id) if use_facts else []
+
+    @property
+    def store(self) -> Store:
+        """The store the chat lives in."""
+        return self.live.get()[0]
+
+    @property
+    def facts(self) -> VoEFacts:
+        """The store's VoE facts."""
+        return self.live.get()[1]
 
     # -- history ------------------------------------------------------------------------
 
@@ -183,19 +239,19 @@ class VoELoop(dspy.Module):
         history = self._history_text()
         fact, tags = None, []
         if violation and self.use_facts:
-            out = self.predict_distil(history=history, expected=cached, actual=text)
+            out = self.predictor(history=history, expected=cached, actual=text)
             fact, tags = out.fact.strip(), [t for t in out.tags if t.strip()][:5]
             if fact and tags:
                 self._facts_cache.append(self.facts.add(self.user_id, fact, tags, turn_ref))
                 self._facts_cache = self._facts_cache[-s.max_facts:]
         else:
-            out = self.predict(history=history)
+            out = self.predictor(history=history)
         started = time.perf_counter()
         hits: list[ScoredFact] = self.facts.search(self._facts_cache, list(out.needed_info),
                                                    s.top_k, s.min_score)
         local += time.perf_counter() - started
         shown = "\n".join(f"- {h.fact.text}" for h in hits) or "(none)"
-        answer = self.respond(history=history, facts=shown)
+        answer = self.responder(history=history, facts=shown)
         if reply_to_history:
             self._remember("assistant", answer.reply)
         self.facts.set_prediction(self.user_id, answer.next_prediction)

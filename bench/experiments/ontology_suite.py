@@ -11,7 +11,7 @@ import dspy
 from memstrata.memory.models import StrategyItem
 from memstrata.packers.context import Mode
 from memstrata.packers.layers import LayerBudgets, derived_constraints
-from memstrata.programs.executors import ExecutorRun, ExecutorSettings
+from memstrata.programs.executors import Executor, ExecutorRun, ExecutorSettings
 from memstrata.programs.judging import Check
 from memstrata.tools import Binding, ToolSession
 from pydantic import StringConstraints
@@ -30,6 +30,7 @@ from ..ontology.guide import ontology_guide
 from .names import SEEDS_DIR
 from .suites import (
     MEMORY_DESC,
+    MEMORY_TOOLS,
     Grade,
     LayerSources,
     Suite,
@@ -89,6 +90,27 @@ def _sparql_tool(naive: bool) -> Callable[..., dict[str, Any]]:
                 "rows": [[str(c)[:CELL_CHARS] if not naive else str(c) for c in r]
                          for r in rows]}
     return run_sparql
+
+
+def sparql_agent(settings: ExecutorSettings | None = None, mode: Mode = "inject"
+                 ) -> Executor:
+    """The suite's SPARQL-writing agent as a program an optimizer can hold: an
+    :class:`Executor` over ``WriteSparql`` with the ``memory`` context and the suite's
+    tools as slots (``run_sparql``, plus the memory tools in tools mode), bound per call
+    (``run_executor(..., executor=agent, tools=suite.tools(session, ...))``).
+
+    Built from the unbound tool functions, so it needs no store; with ``settings.tools``
+    ``naive`` the slots are the naive tools (same names, other docstrings).
+    """
+    from memstrata.tools import HANDLE_TOOLS, NAIVE_TOOLS
+
+    settings = settings or ExecutorSettings()
+    pool = HANDLE_TOOLS if settings.tools == "handles" else NAIVE_TOOLS
+    memory = [fn for fn in pool if fn.__name__ in MEMORY_TOOLS] if mode == "tools" else []
+    agent = Executor(settings, [_sparql_tool(settings.tools == "naive"), *memory], WriteSparql,
+                     context=["memory"], drop_first=True)
+    agent.program_name, agent.mode = "sparql", mode  # what save_program records
+    return agent
 
 
 class OntologySuite(Suite):

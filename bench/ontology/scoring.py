@@ -66,12 +66,28 @@ def _best(gold: set[object], candidates: list[set[object]]) -> tuple[bool, float
     return best
 
 
+def _candidates(task: OntologyTask, outcome: QueryOutcome) -> tuple[set[object], list[set[object]]]:
+    """The gold set and the result's candidate sets (SET: each column; TABLE: each choice
+    of columns), for a result that ran and was not truncated, and a SET or TABLE task."""
+    rows = outcome.rows
+    width = len(outcome.variables)
+    expected = task.expected
+    assert not isinstance(expected, float)
+    if task.shape is Shape.SET:
+        gold: set[object] = set(expected)
+        return gold, [{row[i] for row in rows if row[i] is not None} for i in range(width)]
+    gold_rows: set[object] = {tuple(r) for r in expected if isinstance(r, list)}
+    arity = len(expected[0]) if expected and isinstance(expected[0], list) else width
+    usable = range(min(width, MAX_TABLE_COLUMNS))
+    return gold_rows, [{tuple(row[i] for i in cols) for row in rows}
+                       for cols in permutations(usable, arity)]
+
+
 def compare(task: OntologyTask, outcome: QueryOutcome) -> tuple[bool, float, float, float]:
     """(success, precision, recall, f1) of a result against the task's expected answer."""
     if outcome.status != "ok" or outcome.truncated:
         return False, 0.0, 0.0, 0.0
     rows = outcome.rows
-    width = len(outcome.variables)
     expected = task.expected
     if isinstance(expected, float):  # Shape.NUMBER
         ok = len(rows) == 1 and any(
@@ -79,19 +95,24 @@ def compare(task: OntologyTask, outcome: QueryOutcome) -> tuple[bool, float, flo
             for cell in rows[0]
         )
         return ok, float(ok), float(ok), float(ok)
-    if task.shape is Shape.SET:
-        gold: set[object] = set(expected)
-        columns: list[set[object]] = [
-            {row[i] for row in rows if row[i] is not None} for i in range(width)
-        ]
-        return _best(gold, columns)
-    gold_rows: set[object] = {tuple(r) for r in expected if isinstance(r, list)}
-    arity = len(expected[0]) if expected and isinstance(expected[0], list) else width
-    usable = range(min(width, MAX_TABLE_COLUMNS))
-    choices: list[set[object]] = [
-        {tuple(row[i] for i in cols) for row in rows} for cols in permutations(usable, arity)
-    ]
-    return _best(gold_rows, choices)
+    return _best(*_candidates(task, outcome))
+
+
+def difference(task: OntologyTask, outcome: QueryOutcome) -> tuple[list[object], list[object]]:
+    """(missing, extra): what the gold answer has that the result lacks, and what the
+    result has beyond it, for the result's best-matching column (choice), as ``compare``
+    picks it. A NUMBER task's missing is the expected number unless the result holds it,
+    its extra the first row's cells then. A result that did not run lacks everything."""
+    if outcome.status != "ok":
+        expected = task.expected
+        return ([expected] if isinstance(expected, float) else list(expected)), []
+    if isinstance(task.expected, float):
+        if compare(task, outcome)[0]:
+            return [], []
+        return [task.expected], list(outcome.rows[0]) if outcome.rows else []
+    gold, candidates = _candidates(task, outcome)
+    got = max(candidates or [set()], key=lambda c: (_prf(gold, c)[2], -len(c ^ gold)))
+    return (sorted(gold - got, key=repr), sorted(got - gold, key=repr))
 
 
 def score(
