@@ -5,7 +5,9 @@ One JSON object a line, each with a ``type``: ``conversation``, ``session``, ``t
 that order, each carrying its ids and both times (event and record). Importing writes
 the same rows with the same ids (the store re-indexes and re-embeds them as it writes),
 so the same queries find the same memories; it validates the whole file first and writes
-in one transaction, so a bad file changes nothing.
+in one transaction, so a bad file changes nothing. Every read and write goes through store
+methods (``conversation_rows``, ``session_rows``, ``item_ids``, ``blobs.export``,
+``version_rows``, ``restore_versions`` and the ordinary API): no SQL here.
 """
 
 from __future__ import annotations
@@ -29,35 +31,18 @@ def export_tenant(store: Store, user_id: str, path: Path) -> int:
     """Write everything of ``user_id`` to ``path`` as JSONL; returns the lines written."""
     lines: list[dict[str, Any]] = [{"type": "header", "format": FORMAT, "version": VERSION,
                                     "user_id": user_id}]
-    q = store.conn.execute
-    for cid, agent, title, speakers, meta in q(
-            "SELECT id, agent_id, title, speakers, metadata FROM conversations"
-            " WHERE user_id = ? ORDER BY rowid", (user_id,)):
-        lines.append({"type": "conversation", "id": cid, "agent_id": agent, "title": title,
-                      "speakers": json.loads(speakers), "metadata": json.loads(meta)})
-    for sid, cid, idx, started, meta in q(
-            "SELECT id, conversation_id, idx, started_at, metadata FROM sessions"
-            " WHERE user_id = ? ORDER BY conversation_id, idx", (user_id,)):
-        lines.append({"type": "session", "id": sid, "conversation_id": cid, "index": idx,
-                      "started_at": started, "metadata": json.loads(meta)})
+    lines += [{"type": "conversation", **c} for c in store.conversation_rows(user_id)]
+    lines += [{"type": "session", **s} for s in store.session_rows(user_id)]
     lines += [{"type": "turn", **t.model_dump(mode="json", exclude={"user_id"})}
               for t in store.turns(user_id)]
-    item_ids = [r[0] for r in q("SELECT id FROM items WHERE user_id = ? ORDER BY rowid",
-                                (user_id,))]
+    item_ids = store.item_ids(user_id)
     for start in range(0, len(item_ids), 500):
         lines += [{"type": "item", **i.model_dump(mode="json", exclude={"user_id"})}
                   for i in store.get_many(user_id, item_ids[start:start + 500])]
     lines += [{"type": "edge", **e.model_dump(mode="json", exclude={"user_id", "id"})}
               for e in store.edges(user_id, limit=10**9)]
-    for key, text, meta in q("SELECT key, text, metadata FROM blobs WHERE user_id = ?"
-                             " ORDER BY key", (user_id,)):
-        lines.append({"type": "blob", "key": key, "text": text, "metadata": json.loads(meta)})
-    for node, version, event, snapshot, recorded, valid_to in q(
-            "SELECT node_id, version, event, snapshot, recorded_at, valid_to FROM versions"
-            " WHERE user_id = ? ORDER BY node_id, version", (user_id,)):
-        lines.append({"type": "version", "node_id": node, "version": version, "event": event,
-                      "snapshot": json.loads(snapshot), "recorded_at": recorded,
-                      "valid_to": valid_to})
+    lines += [{"type": "blob", **b} for b in store.blobs.export(user_id)]
+    lines += [{"type": "version", **v} for v in store.version_rows(user_id)]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")
     with tmp.open("w", encoding="utf-8") as out:
@@ -153,11 +138,7 @@ def import_tenant(store: Store, path: Path, user_id: str | None = None) -> dict[
         store.add_edges(e for _, e in edges)
         for _, blob in groups["blob"]:
             store.blobs.put(user, blob["key"], blob["text"], blob.get("metadata") or {})
-        store.conn.executemany(
-            "INSERT INTO versions (user_id, node_id, version, event, snapshot, recorded_at,"
-            " valid_to) VALUES (?,?,?,?,?,?,?)",
-            [(user, v["node_id"], v["version"], v["event"], json.dumps(v["snapshot"]),
-              v["recorded_at"], v["valid_to"]) for _, v in groups["version"]])
+        store.restore_versions(user, (v for _, v in groups["version"]))
     return {"conversations": len(convs), "sessions": len(sessions), "turns": len(turns),
             "items": len(items), "edges": len(edges), "blobs": len(groups["blob"]),
             "versions": len(groups["version"])}

@@ -10,6 +10,20 @@ belongs in them (``trajectories.redact`` states the whole promise). The rules li
 this module, not in ``trajectories``, because ``memory`` imports nothing of the project
 and the event log is written from ``memory`` (the bank), ``tools`` (``event_log``) and
 ``programs`` (the reconciler) alike.
+
+``Runs`` is a part of the store (reached only as ``store.runs``) whose SQL lives here, not
+in ``memory/store/``: most of this module is redaction and the record models, which are
+not the store's, and the class is kept beside them rather than split for this step. Its
+queries, all over ``runs``, ``run_steps`` and ``events`` and all filtered by tenant:
+``start`` (INSERT a run), ``finish`` and ``set_verdict`` (UPDATE a run), ``add_steps``
+(INSERT steps), ``get``, ``list`` (newest first; every tenant when exporting a whole
+database), ``steps`` (JOIN runs for the tenant), ``log_event`` (INSERT, the new id from
+``lastrowid``), ``events`` and ``prune`` (one SELECT of the candidates with a step count
+and whether a current item cites the run, then DELETE of steps and runs). Forgetting a
+tenant (``store/forget.py``) deletes its runs and steps too. SQLite-specific:
+``julianday`` for comparing stored times (PostgreSQL: ``timestamptz``), ``json_each`` over
+an item's evidence (PostgreSQL: ``jsonb_array_elements_text``), ``lastrowid`` (PostgreSQL:
+``RETURNING id``) and ``?`` placeholders.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ..models import ConsolidatedItem, Edge, EpisodicItem, Hit
+from ..store import Cond, Sort
 from .base import CONSOLIDATES, Lifecycle
 
 Summariser = Callable[[list[str]], str]
@@ -36,9 +37,7 @@ class Episodic(Lifecycle):
             raise ValueError("an episode needs text")
         with self.store.transaction():
             # Read the highest number under the write lock: two writers cannot share one.
-            (top,) = self.store.conn.execute(
-                "SELECT max(json_extract(data, '$.temporal_index')) FROM items"
-                " WHERE user_id = ? AND kind = 'episodic'", (self.user_id,)).fetchone()
+            top = self.store.kind_max(self.user_id, "episodic", "temporal_index")
             return self.store.add(EpisodicItem(
                 user_id=self.user_id, text=text, source=source_label,
                 source_label=source_label, event_time=event_time, session_id=session_id,
@@ -54,13 +53,9 @@ class Episodic(Lifecycle):
         return self._episodes(include_compressed=False, limit=-1)
 
     def _episodes(self, *, include_compressed: bool, limit: int) -> list[EpisodicItem]:
-        sql = "SELECT id FROM items WHERE user_id = ? AND kind = 'episodic'"
-        if not include_compressed:
-            sql += " AND NOT coalesce(json_extract(data, '$.compressed'), 0)"
-        rows = self.store.conn.execute(
-            sql + " ORDER BY json_extract(data, '$.temporal_index'), rowid LIMIT ?",
-            (self.user_id, int(limit))).fetchall()
-        found = self.store.get_many(self.user_id, [r[0] for r in rows])
+        where = () if include_compressed else (Cond("compressed", "=", False, missing=False),)
+        found = self.store.kind_items(self.user_id, "episodic", where=where,
+                                      order=[Sort("temporal_index")], limit=limit)
         return [e for e in found if isinstance(e, EpisodicItem)]
 
     def consolidate(self, summarise: Summariser, *, force: bool = False) -> list[str]:
@@ -174,12 +169,6 @@ class Episodic(Lifecycle):
     def _summaries(self, episode_ids: list[str]) -> dict[str, str | None]:
         """Compressed episodes among ``episode_ids`` -> their summary's id, None when no
         summary links to it any more (one query)."""
-        if not episode_ids:
-            return {}
-        marks = ",".join("?" * len(episode_ids))
-        rows = self.store.conn.execute(
-            "SELECT i.id, e.src FROM items i LEFT JOIN edges e ON e.user_id = i.user_id"
-            f" AND e.dst = i.id AND e.relation = ? WHERE i.user_id = ? AND i.id IN ({marks})"
-            " AND i.kind = 'episodic' AND json_extract(i.data, '$.compressed')"
-            " ORDER BY e.id", [CONSOLIDATES, self.user_id, *episode_ids]).fetchall()
-        return dict(rows)  # ordered by edge: the latest summary wins, as in summary_of
+        # The latest summary wins, as in summary_of.
+        return self.store.kind_sources(self.user_id, "episodic", episode_ids, CONSOLIDATES,
+                                       where=[Cond("compressed", "=", True)])

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ..models import Edge, ProceduralItem
-from ..store import Filters
+from ..store import Cond, Filters, Sort
 from ..text import tokens
 from .base import PROCEDURE_DERIVES_FROM, Lifecycle
 
@@ -86,11 +86,10 @@ class Procedural(Lifecycle):
 
     def procedures(self, limit: int = 100) -> list[ProceduralItem]:
         """The tenant's current procedures, most used first (then newest)."""
-        rows = self.store.conn.execute(
-            "SELECT id FROM items WHERE user_id = ? AND kind = 'procedural' AND valid_to IS NULL"
-            " ORDER BY json_extract(data, '$.usage_count') DESC, recorded_at DESC, rowid DESC"
-            " LIMIT ?", (self.user_id, int(limit))).fetchall()
-        found = self.store.get_many(self.user_id, [r[0] for r in rows])
+        found = self.store.kind_items(
+            self.user_id, "procedural", where=[Cond("valid_to", "is null")],
+            order=[Sort("usage_count", desc=True), Sort("recorded_at", desc=True)],
+            limit=int(limit))
         return [r for r in found if isinstance(r, ProceduralItem)]
 
 

@@ -3,26 +3,27 @@
 An intention goes pending -> triggered -> resolved. ``check`` runs on every new input
 (no LLM): a keyword phrase fires when all its normalised tokens (``text.tokens``:
 stemmed, stop-words removed) occur in the input, so "variables" fires on "Variable";
-a time trigger fires once ``trigger_at`` has passed. Pending rows are picked in SQL by
-their status, so a check reads only the triggers of pending intentions.
+a time trigger fires once ``trigger_at`` has passed. Pending rows are picked by the store
+by their status (``Store.kind_values``), so a check reads only the triggers of pending
+intentions.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import cast
 
 from ..models import ProspectiveItem, ProspectiveStatus
+from ..store import Cond, Sort
 from ..text import tokens
 from .base import Lifecycle
 
 TRIGGERED_BY_CHARS = 200
 """How much of the input that fired an intention is kept in ``triggered_by``."""
-_ORDER = " ORDER BY priority DESC, recorded_at, rowid"
-_PRIORITY = "CAST(json_extract(data, '$.priority') AS INTEGER) AS priority"
+_ORDER = (Sort("priority", desc=True), Sort("recorded_at"))
+_CURRENT = Cond("valid_to", "is null")
 
 
 @lru_cache(maxsize=4096)
@@ -85,14 +86,11 @@ class Prospective(Lifecycle):
         seen = set(tokens(text)) if text else set()
         fired: list[tuple[str, str]] = []
         with self.store.transaction():  # the pending ones read and fired under one lock
-            rows = self.store.conn.execute(
-                "SELECT id, json_extract(data, '$.trigger_keywords'),"
-                f" json_extract(data, '$.trigger_at'), {_PRIORITY} FROM items"
-                " WHERE user_id = ? AND kind = 'prospective' AND valid_to IS NULL"
-                " AND json_extract(data, '$.status') = 'pending'" + _ORDER,
-                (self.user_id,)).fetchall()
-            for item_id, keywords, at, _ in rows:
-                if seen and any(_phrase(k) <= seen for k in json.loads(keywords or "[]")):
+            rows = self.store.kind_values(
+                self.user_id, "prospective", ["trigger_keywords", "trigger_at"],
+                where=[_CURRENT, Cond("status", "=", "pending")], order=_ORDER)
+            for item_id, keywords, at in rows:
+                if seen and any(_phrase(k) <= seen for k in keywords or []):
                     fired.append((item_id, (text or "")[:TRIGGERED_BY_CHARS]))
                 elif at is not None and _utc(datetime.fromisoformat(at)) <= when:
                     fired.append((item_id, "time"))
@@ -109,11 +107,9 @@ class Prospective(Lifecycle):
         return self._with_status("triggered", limit)
 
     def _with_status(self, status: ProspectiveStatus, limit: int) -> list[ProspectiveItem]:
-        rows = self.store.conn.execute(
-            f"SELECT id, {_PRIORITY} FROM items WHERE user_id = ? AND kind = 'prospective'"
-            " AND valid_to IS NULL AND json_extract(data, '$.status') = ?" + _ORDER
-            + " LIMIT ?", (self.user_id, status, int(limit))).fetchall()
-        found = self.store.get_many(self.user_id, [r[0] for r in rows])
+        found = self.store.kind_items(self.user_id, "prospective",
+                                      where=[_CURRENT, Cond("status", "=", status)],
+                                      order=_ORDER, limit=int(limit))
         return [i for i in found if isinstance(i, ProspectiveItem)]
 
     def resolve(self, intention_id: str) -> ProspectiveItem:

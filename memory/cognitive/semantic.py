@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from ..models import Edge, SemanticItem
 from ..profile import same_value
-from ..store import Filters
+from ..store import Cond, Filters, Sort
 from ..text import tokens
 from .base import CONTRADICTS, DERIVES_FROM, SIMILAR_TO, Lifecycle, jaccard
 from .values import quantities
@@ -117,15 +117,11 @@ class Semantic(Lifecycle):
     def facts(self, concept: str | None = None, limit: int = 100) -> list[SemanticItem]:
         """Current facts, newest record first; with ``concept``, only those about it
         (compared case-insensitively for ASCII letters, SQLite's NOCASE)."""
-        sql = ("SELECT id FROM items WHERE user_id = ? AND kind = 'semantic'"
-               " AND valid_to IS NULL")
-        args: list[object] = [self.user_id]
+        where = [Cond("valid_to", "is null")]
         if concept is not None:
-            sql += " AND json_extract(data, '$.concept') = ? COLLATE NOCASE"
-            args.append(concept)
-        rows = self.store.conn.execute(sql + " ORDER BY recorded_at DESC, rowid DESC LIMIT ?",
-                                       [*args, int(limit)]).fetchall()
-        found = self.store.get_many(self.user_id, [r[0] for r in rows])
+            where.append(Cond("concept", "=", concept, nocase=True))
+        found = self.store.kind_items(self.user_id, "semantic", where=where,
+                                      order=[Sort("recorded_at", desc=True)], limit=int(limit))
         return [r for r in found if isinstance(r, SemanticItem)]
 
 

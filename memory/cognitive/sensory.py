@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ..models import Edge, SensoryItem
+from ..store import Cond, Sort
 from .base import ATTENDED_TO, Lifecycle
 from .episodic import Episodic
 
@@ -36,9 +37,7 @@ class Sensory(Lifecycle):
         ttl = self.settings.sensory_ttl_s if ttl_s is None else ttl_s
         with self.store.transaction():
             # Read the highest number under the write lock: two writers cannot share one.
-            (top,) = self.store.conn.execute(
-                "SELECT max(json_extract(data, '$.observation_order')) FROM items"
-                " WHERE user_id = ? AND kind = 'sensory'", (self.user_id,)).fetchone()
+            top = self.store.kind_max(self.user_id, "sensory", "observation_order")
             return self.store.add(SensoryItem(
                 user_id=self.user_id, text=text, modality=modality, event_time=event_time,
                 observation_order=int(top or 0) + 1, expires_at=now + timedelta(seconds=ttl),
@@ -63,14 +62,9 @@ class Sensory(Lifecycle):
     def _held(self, *, attended: bool | None = None) -> list[SensoryItem]:
         """The tenant's observations in observation order (only unattended ones, or only
         attended ones, when ``attended`` is given)."""
-        sql = "SELECT id FROM items WHERE user_id = ? AND kind = 'sensory'"
-        if attended is not None:
-            sql += (" AND coalesce(json_extract(data, '$.attended'), 0)"
-                    f" = {int(attended)}")
-        rows = self.store.conn.execute(
-            sql + " ORDER BY json_extract(data, '$.observation_order'), rowid",
-            (self.user_id,)).fetchall()
-        found = self.store.get_many(self.user_id, [r[0] for r in rows])
+        where = () if attended is None else (Cond("attended", "=", attended, missing=False),)
+        found = self.store.kind_items(self.user_id, "sensory", where=where,
+                                      order=[Sort("observation_order")])
         return [o for o in found if isinstance(o, SensoryItem)]
 
     def attend(self, sensory_id: str, reason: str, *, source_label: str = "sensory",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from ..models import WORKING_SLOTS, WorkingItem
+from ..store import Cond
 from .base import Lifecycle
 from .episodic import Episodic
 
@@ -164,18 +165,14 @@ class Working(Lifecycle):
 
     def _task(self, task_id: str) -> list[WorkingItem]:
         """All the task's working items (expired too), oldest first."""
-        return self._rows(" AND json_extract(data, '$.task_id') = ?", [task_id])
+        return self._rows([Cond("task_id", "=", task_id)])
 
     def _all(self) -> list[WorkingItem]:
         """All the tenant's working items (expired too), oldest first."""
-        return self._rows("", [])
+        return self._rows([])
 
-    def _rows(self, where: str, args: list[object]) -> list[WorkingItem]:
-        rows = self.store.conn.execute(
-            f"SELECT id FROM items WHERE user_id = ? AND kind = 'working'{where}"
-            " ORDER BY rowid",
-            [self.user_id, *args]).fetchall()
-        found = self.store.get_many(self.user_id, [r[0] for r in rows])
+    def _rows(self, where: list[Cond]) -> list[WorkingItem]:
+        found = self.store.kind_items(self.user_id, "working", where=where)
         # Oldest by record time (the lifecycle's clock), then in insertion order.
         return sorted((i for i in found if isinstance(i, WorkingItem)),
                       key=lambda i: i.recorded_at or datetime.min.replace(tzinfo=UTC))

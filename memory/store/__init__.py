@@ -1,6 +1,11 @@
-"""The store: conversations, turns, items, edges, embeddings and their indexes, in one
-SQLite file (the other tables' SQL: ``blobs.py``, ``runs.py``, ``versions.py``, ``forget.py``,
-``cognitive/``, ``formats/dump.py``).
+"""The store: conversations, turns, items, edges, embeddings and their indexes, blobs,
+kept versions and run records, in one SQLite file. Everything above it (``memory/``,
+``tools/``, ``programs/``, ``formats/``, ``trajectories/``, the CLI) reaches the file only
+through this package's methods, and its SQL lives here, except two modules: the run
+tables' (``memory/runs.py``: ``Runs``, reached only as ``store.runs``; its docstring lists
+its queries) and the schema's migrations (``memory/schema.py``, run by ``open``). The
+benchmarks' reliability checks (``bench/``) open the file with ``sqlite3`` on purpose: they
+test this backend's file itself.
 
 Every row carries its tenant (``user_id``) and every read filters by it. Writes keep the
 FTS5 index, the tag index and the embeddings in step with the rows inside one transaction.
@@ -26,40 +31,52 @@ Example:
 - ``filters``: search filters as SQL and the rows that pass them;
 - ``lexical``: bm25 over the full-text index and the posting lists, and the tag channel;
 - ``postings``: the FTS5 posting-list reader and bm25 in NumPy (``lexical`` uses it);
+- ``kinds``: items of one kind selected by their kind-specific fields (``Cond``,
+  ``Sort``; ``kind_items``, ``kind_values``, ``kind_max``, ``kind_sources``), what the
+  cognitive lifecycles (``memory/cognitive/``) ask;
+- ``tenants``: a tenant's rows for an export and its kept versions restored on an import
+  (``formats/dump.py``);
+- ``versions``, ``forget``, ``blobs``: the kept versions of turns and items, forgetting a
+  tenant in every table, and ``store.blobs`` (moved from ``memory/``, whose modules of
+  those names re-export them);
 - this module: ``Store`` itself, with the two methods that span turns and items
   (``history``, ``forget_user``).
 
 Why mixins composed into one class, not one object per part: callers reach every part
 through one ``Store`` (``store.turns``, ``store.lexical_refs``, ``store.conn``, and
-``_q``/``_cached`` from ``blobs.py`` and ``runs.py``), and the parts
+``_q``/``_cached`` from ``blobs.py`` and ``memory/runs.py``), and the parts
 share one connection, one lock, one transaction depth and one cache. Mixins keep that one
 object and its API unchanged while each module holds one part's SQL, so a second backend
 (PostgreSQL, issue 22) can replace the engine-specific parts module by module; each
 module's docstring says what in it is SQLite-specific. The mixins form a chain
 (``StoreConnection`` <- ``NodeLookups`` <- ``VectorStore`` <- ``ConversationStore`` and
-``ItemStore``; ``LexicalSearch`` on ``NodeLookups``; ``EdgeStore`` and ``FilterQueries``
-on ``StoreConnection``) so every method a mixin calls on ``self`` is declared in one of its
-bases. Every name this module exported before the split (``Store``, ``Filters``,
-``Facets``, ``Ref``, ``node_type``, ``tenant_token``, ...) is still exported here."""
+``ItemStore`` <- ``KindQueries``; ``LexicalSearch`` on ``NodeLookups``; ``EdgeStore``,
+``FilterQueries`` and ``TenantRows`` on ``StoreConnection``) so every method a mixin calls
+on ``self`` is declared in one of its bases. Every name this module exported before the
+split (``Store``, ``Filters``, ``Facets``, ``Ref``, ``node_type``, ``tenant_token``, ...) is
+still exported here."""
 
 from __future__ import annotations
 
-from .. import versions as versionsmod
-from ..forget import forget_tenant
-from ..versions import Version
+from . import versions as versionsmod
 from .conversations import ConversationStore
 from .edges import EdgeStore
 from .filters import FilterQueries, Filters
-from .items import ItemStore
+from .forget import forget_tenant
+from .kinds import Cond, KindQueries, Sort
 from .lexical import LexicalSearch
 from .rows import ITEM_PREFIX, TURN_PREFIX, Facets, Ref, content_hash, node_type, tenant_token
+from .tenants import TenantRows
+from .versions import Version
 
 __all__ = [
     "ITEM_PREFIX",
     "TURN_PREFIX",
+    "Cond",
     "Facets",
     "Filters",
     "Ref",
+    "Sort",
     "Store",
     "content_hash",
     "node_type",
@@ -67,7 +84,8 @@ __all__ = [
 ]
 
 
-class Store(ConversationStore, ItemStore, EdgeStore, LexicalSearch, FilterQueries):
+class Store(ConversationStore, KindQueries, EdgeStore, LexicalSearch, FilterQueries,
+            TenantRows):
     """One SQLite file (WAL) holding conversations, turns, items, edges and embeddings.
 
     Open with :meth:`open`. Writes outside :meth:`transaction` commit one by one; inside

@@ -32,11 +32,11 @@ from typing import Any, Literal, Self
 
 import sqlite_utils
 
-from ..blobs import Blobs
 from ..embed import Embedder, default_embedder
 from ..locking import BUSY_TIMEOUT_MS, LockedConnection, file_faults, retry_busy
 from ..runs import Runs
 from ..schema import LATEST_VERSION, migrate
+from .blobs import Blobs
 from .postings import Postings, RowLengths, Scored
 from .rows import Facets, Ref, _nbytes
 

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from .. import text as textmod
-from .. import versions as versionsmod
 from ..locking import stored_value
 from ..models import Conversation, Session, Turn, utcnow, with_caption
+from . import versions as versionsmod
 from .rows import TURN_PREFIX, _dt, _new_id, _ts, tenant_token
 from .vectors import VectorStore
 

@@ -18,9 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from .. import text as textmod
-from .. import versions as versionsmod
 from ..locking import stored_value
 from ..models import ITEM_ADAPTER, Item, utcnow
+from . import versions as versionsmod
 from .rows import ITEM_PREFIX, _new_id, _ts, _versioned, content_hash, tenant_token
 from .vectors import VectorStore
 

@@ -1,0 +1,79 @@
+"""Forgetting a tenant completely: every row, index entry, vector, blob and run of it.
+
+``forget_tenant`` deletes, in one transaction, the tenant's rows from every table that
+has a ``user_id`` column (found in ``sqlite_master``, so a table added later is covered
+without a change here), the FTS5 rows of its turns and items, and the steps of its runs.
+SQLite would otherwise keep deleted text on free pages and in FTS5's index segments until
+they are reused or merged: ``secure_delete`` zeroes freed pages, FTS5's ``optimize``
+rewrites the index without the deleted entries, ``VACUUM`` rebuilds the file from the
+live rows (B-tree rebalancing leaves stale copies of moved cells in the unused gaps of
+pages still in use, which ``secure_delete`` does not clear: the crash bench found a
+forgotten tenant's turns there), and a WAL checkpoint moves the result into the main
+file. The deletion is atomic (one transaction); the scrub after it is not: a crash
+between the two leaves the tenant's rows gone but some of its bytes on disk until the
+next ``VACUUM``. Nothing of any other tenant is read or changed.
+
+Part of the store (moved here from ``memory/forget.py``, which re-exports its names);
+``Store.forget_user`` calls it. SQLite-specific throughout: ``sqlite_master`` and ``PRAGMA
+table_info`` to find the tenant tables (PostgreSQL: ``information_schema.columns``), the
+FTS5 rows by rowid and FTS5's ``optimize``, ``PRAGMA secure_delete``, ``VACUUM`` and the
+WAL checkpoint (a server backend deletes the rows and leaves the scrub to its own vacuum).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..locking import is_busy
+
+if TYPE_CHECKING:
+    from .connection import StoreConnection as Store
+
+_FTS = {"turns": "turns_fts", "items": "items_fts"}
+
+
+def tenant_tables(store: Store) -> list[str]:
+    """Every ordinary table with a ``user_id`` column, in creation order."""
+    names = [r[0] for r in store.conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
+        " ORDER BY rowid")]
+    return [n for n in names if any(
+        c[1] == "user_id" for c in store.conn.execute(f"PRAGMA table_info({n})"))]
+
+
+def forget_tenant(store: Store, user_id: str) -> dict[str, int]:
+    """Delete everything of ``user_id``; returns the rows deleted per table (non-zero only)."""
+    deleted: dict[str, int] = {}
+    store.conn.execute("PRAGMA secure_delete = ON")
+    try:
+        with store.transaction():
+            for table, fts in _FTS.items():
+                rowids = [r[0] for r in store.conn.execute(
+                    f"SELECT rowid FROM {table} WHERE user_id = ?", (user_id,))]
+                for chunk in (rowids[i : i + 500] for i in range(0, len(rowids), 500)):
+                    store.conn.execute(
+                        f"DELETE FROM {fts} WHERE rowid IN ({','.join('?' * len(chunk))})", chunk)
+                store.touched(table[:-1], rowids)
+            steps = store.conn.execute(
+                "DELETE FROM run_steps WHERE run_id IN (SELECT id FROM runs WHERE user_id = ?)",
+                (user_id,)).rowcount
+            if steps:
+                deleted["run_steps"] = steps
+            for table in tenant_tables(store):
+                count = store.conn.execute(f"DELETE FROM {table} WHERE user_id = ?",
+                                           (user_id,)).rowcount
+                if count:
+                    deleted[table] = count
+            for fts in _FTS.values():
+                store.conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
+    finally:
+        store.conn.execute("PRAGMA secure_delete = OFF")
+    if store.path != ":memory:" and not store.conn.in_transaction:
+        try:
+            store.conn.execute("VACUUM")
+            store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except Exception as exc:  # another process holds the file: the rows are gone
+            if not is_busy(exc):
+                raise
+    store.forget_cached(user_id)
+    return deleted
