@@ -39,6 +39,7 @@ from memstrata.packers import MemoryLine, pack, render
 from memstrata.programs import QA, ModelHandle, ProgramParseError
 from memstrata.programs.answer import AnswerSettings, AnswerWithProvenance, PersonalAnswerer
 from memstrata.programs.cache import JsonlCache
+from memstrata.programs.compiled import ProgramRef
 from memstrata.programs.ingest import IngestSettings, ingest_conversation
 from memstrata.programs.ingest import fingerprint as ingest_fingerprint
 from memstrata.programs.judge import AnswerJudge
@@ -299,6 +300,42 @@ def _walk(questions: list[Question], systems: tuple[str, ...], progress: bool
                 bar.update()
 
 
+def memstrata_answerer(store: Store, handle: ModelHandle, settings: QASettings, *, qa: QA,
+                       embedder: Embedder | None = None, weights: SearchWeights | None = None
+                       ) -> PersonalAnswerer:
+    """The ``memstrata`` system's answer path over ``store``: hybrid retrieval, the
+    settings' depth and memory budget, the model's token counter, and ``qa`` answering.
+
+    The one place it is built: ``run_locomo_bench`` answers with it, and ``bench.compile``
+    builds the QA trainset from its ``prepare``, so a compiled ``QA`` learns from the very
+    memories the bench shows it.
+    """
+    return PersonalAnswerer(
+        store, retriever=Retriever(store, embedder, weights), qa=qa,
+        count_tokens=handle.count_tokens,
+        settings=AnswerSettings(retrieve_k=settings.retrieve_k, budget=settings.budget))
+
+
+def compiled_qa(path: str | Path, settings: QASettings) -> tuple[QA, ProgramRef]:
+    """The compiled ``QA`` in the program file at ``path`` (``programs.compiled``), and
+    its reference (path and checked hash).
+
+    Raises:
+        ValueError: the file is no ``qa`` program, fails its hash check, or was compiled
+            for another answer style than ``settings.style`` (its demos would then teach
+            dates and abstentions the bench's key does not expect).
+    """
+    from memstrata.programs.compiled import load_program, program_ref
+
+    ref = program_ref(path, "qa")
+    qa = load_program("qa", path)
+    assert isinstance(qa, QA)
+    if qa.style != settings.style:
+        raise ValueError(f"{path} was compiled for the answer style {qa.style.model_dump()}, "
+                         f"not this run's {settings.style.model_dump()}")
+    return qa, ref
+
+
 def run_locomo_bench(
     data: str | Path, handle: ModelHandle, out_dir: str | Path, *,
     audit: str | Path | None = None, judge: ModelHandle | None = None,
@@ -306,6 +343,7 @@ def run_locomo_bench(
     embedder: Embedder | None = None, weights: SearchWeights | None = None,
     conversations: set[str] | None = None, categories: set[int] | None = None,
     limit: int | None = None, progress: bool = True, ingest: IngestSettings | None = None,
+    program: str | Path | None = None,
 ) -> dict[str, Any]:
     """Answer, score and cost LoCoMo questions for each system; returns ``locomo.json``.
 
@@ -324,6 +362,11 @@ def run_locomo_bench(
             them beside the turns); extractions are cached in ``out_dir``, and their calls
             are reported under ``ingest``, apart from the answers' costs. Facts are
             written in the settings' date style, whatever ``ingest`` says.
+        program: a compiled ``qa`` program file (``memstrata compile qa``): the
+            ``memstrata`` system answers with it instead of the hand-written ``QA`` (the
+            baselines keep that one, as the reference). Its path and SHA-256 are named
+            under ``"program"`` in the result, in each memstrata run record, and in the
+            answers' cache key. See ``compiled_qa`` for the errors.
     """
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
@@ -337,6 +380,8 @@ def run_locomo_bench(
     asked = {q.sample_id for q in questions}
     convs = [c for c in convs if c.sample_id in asked]
     from .qa_personal import answer_personal, path_fingerprint  # it imports this module
+
+    compiled, ref = compiled_qa(program, settings) if program is not None else (None, None)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -355,11 +400,11 @@ def run_locomo_bench(
                                 cache_path=out / "extractions.jsonl", embedder=embedder)
             for c in tqdm(convs, desc="extract", unit="conv", disable=not progress)]
         builders, full = _contexts(store, convs, questions, handle, settings)
-        personal = PersonalAnswerer(
-            store, retriever=Retriever(store, embedder, weights), qa=qa,
-            count_tokens=handle.count_tokens,
-            settings=AnswerSettings(retrieve_k=settings.retrieve_k, budget=settings.budget))
+        personal = memstrata_answerer(store, handle, settings, qa=compiled or qa,
+                                      embedder=embedder, weights=weights)
         path = path_fingerprint(personal)
+        if ref is not None:  # another program, other answers
+            path += f"+program{ref.sha256[:12]}"
         if extracted:  # facts change what memstrata retrieves: their own key
             path += f"+facts{ingest_fingerprint(handle, ingest)}"  # type: ignore[arg-type]
         for q, system in _walk(questions, systems, progress):
@@ -367,7 +412,8 @@ def run_locomo_bench(
             key += f"+{path}" if system == "memstrata" else ""  # its own code, its own key
             record = cache.get(key)
             if record is None:
-                record = (answer_personal(personal, handle, key, q, store, settings)
+                record = (answer_personal(personal, handle, key, q, store, settings,
+                                          program=ref)
                           if system == "memstrata" else
                           _answer(qa, handle, system, key, q, builders[system], store,
                                   settings))
@@ -391,6 +437,7 @@ def run_locomo_bench(
         "tokenizer": handle.tokenizer,
         "window": handle.window,
         "data": str(data),
+        "program": ref.model_dump() if ref is not None else None,
         "audit": str(audit) if audit else None,
         "audit_entries_applied": audited,
         "conversations": sorted(asked),

@@ -19,6 +19,7 @@ from dspy.utils.exceptions import ContextWindowExceededError
 from memstrata.memory import Store
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.answer import PersonalAnswerer
+from memstrata.programs.compiled import ProgramRef
 from memstrata.trajectories import Recorder
 
 from .locomo import Question
@@ -40,14 +41,17 @@ def path_fingerprint(answerer: PersonalAnswerer) -> str:
 
 
 def answer_personal(answerer: PersonalAnswerer, handle: ModelHandle, key: str, q: Question,
-                    store: Store, settings: QASettings) -> Answer:
-    """Answer one question through the personal path, recorded as a run in ``store``."""
+                    store: Store, settings: QASettings, program: ProgramRef | None = None
+                    ) -> Answer:
+    """Answer one question through the personal path, recorded as a run in ``store``
+    (``program``: the compiled QA program it answers with, named in the record)."""
     mark = handle.meter.mark()
     started = time.perf_counter()
     with Recorder(store, q.sample_id, "qa.memstrata", task=q.question,
                   config={"system": "memstrata", "model": handle.name,
                           **settings.model_dump(),
-                          "answer": answerer.settings.model_dump()},
+                          "answer": answerer.settings.model_dump(),
+                          "program": program.model_dump() if program is not None else None},
                   layers=["turns", "items"]) as run:
         try:
             with dspy.context(lm=handle.lm):

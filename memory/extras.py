@@ -11,6 +11,7 @@ comes with extras (``pip install 'memstrata[NAME]'``; ``all`` is every one of th
 - ``ontology``: the Brick ontology suite (brickschema, pyoxigraph, rdflib).
 - ``bench``: benchmark charts, baselines and statistics (matplotlib, rank-bm25, scipy).
 - ``mcp``: the MCP server, ``memstrata mcp`` (the official ``mcp`` SDK).
+- ``optimize``: what DSPy's optimizers need beyond DSPy (optuna, for MIPROv2).
 
 Code that needs one imports it here, inside the function that needs it, so the core
 imports none of them. Like the rest of ``memory``, this module imports nothing of memstrata.
@@ -42,6 +43,7 @@ PACKAGES = {
     "rank_bm25": "rank-bm25",
     "scipy": "scipy",
     "mcp": "mcp",
+    "optuna": "optuna",
 }
 
 #: Each extra's top-level modules (pyproject.toml's optional-dependencies, by module).
@@ -52,6 +54,7 @@ EXTRAS = {
     "ontology": ("brickschema", "pyoxigraph", "rdflib"),
     "bench": ("matplotlib", "rank_bm25", "scipy"),
     "mcp": ("mcp",),
+    "optimize": ("optuna",),
 }
 
 

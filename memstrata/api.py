@@ -54,18 +54,21 @@ class Memory:
     """
 
     def __init__(self, store: Store, *, lm: ModelHandle | None = None,
-                 ingest: IngestSettings | None = None) -> None:
+                 ingest: IngestSettings | None = None,
+                 programs: dict[str, str | Path] | None = None) -> None:
         self.store = store
         self.lm = lm
         self.retriever = Retriever(store, store.embedder)
         self._ingest = ingest
         self._lock = threading.RLock()
         self._answerer: Any = None  # a PersonalAnswerer, built on the first answer
+        self._qa, self.programs = _compiled_programs(programs or {})
 
     @classmethod
     def open(cls, path: str | Path = "memstrata.db", *, lm: str | dspy.BaseLM | ModelHandle
              | None = None, embedder: Any = "default",
-             ingest: IngestSettings | None = None) -> Memory:
+             ingest: IngestSettings | None = None,
+             programs: dict[str, str | Path] | None = None) -> Memory:
         """Open (creating if needed) a memory in one SQLite file.
 
         Args:
@@ -76,10 +79,20 @@ class Memory:
             embedder: ``"default"`` (the static model shipped in the package), any
                 ``Embedder``, or None (no dense channel).
             ingest: chunking and call-cap settings of extraction.
+            programs: compiled programs to use, by name, each a program file of
+                ``memstrata compile`` (``{"qa": "qa.json"}``: ``answer`` answers with that
+                ``QA``, in the answer style it was compiled for). ``Memory.programs`` then
+                names each file and its SHA-256, for run records.
+
+        Raises:
+            ValueError: a program this memory does not use, or a file that is not that
+                program (or fails its hash check); nothing is opened then.
         """
         if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
             raise ValueError("PostgreSQL is not supported yet: open a SQLite file path")
-        return cls(Store.open(path, embedder=embedder), lm=_handle(lm), ingest=ingest)
+        _compiled_programs(programs or {})  # a bad file fails before the store opens
+        return cls(Store.open(path, embedder=embedder), lm=_handle(lm), ingest=ingest,
+                   programs=programs)
 
     def close(self) -> None:
         """Close the store."""
@@ -374,7 +387,8 @@ class Memory:
         with self._lock:
             if self._answerer is None:
                 self._answerer = PersonalAnswerer(self.store, retriever=self.retriever,
-                                                  count_tokens=self.lm.count_tokens)
+                                                  count_tokens=self.lm.count_tokens,
+                                                  qa=self._qa)
             with dspy.context(lm=self.lm.lm):
                 out = self._answerer(question=question, user_id=user_id,
                                      conversation_id=conversation_id)
@@ -479,6 +493,24 @@ def _filters(raw: dict[str, Any]) -> Filters:
              for key in ("start", "end")}
     return Filters(kinds=kinds, speaker=raw.get("speaker"),
                    conversation_id=raw.get("conversation_id"), **times)
+
+
+#: The compiled programs ``Memory`` can use, by name (see ``Memory.open``'s ``programs``).
+MEMORY_PROGRAMS = ("qa",)
+
+
+def _compiled_programs(files: dict[str, str | Path]) -> tuple[Any, dict[str, dict[str, str]]]:
+    """The compiled ``QA`` of ``files`` (None without one), and each file's reference."""
+    if not files:  # nothing to load: no DSPy import on this path
+        return None, {}
+    from memstrata.programs.compiled import load_program, program_ref
+
+    if unknown := sorted(set(files) - set(MEMORY_PROGRAMS)):
+        raise ValueError(f"programs: Memory uses no program {', '.join(unknown)}; it uses "
+                         f"{', '.join(MEMORY_PROGRAMS)}")
+    refs = {name: program_ref(path, name).model_dump() for name, path in files.items()}
+    qa = load_program("qa", files["qa"]) if "qa" in files else None
+    return qa, refs
 
 
 def _handle(lm: Any) -> ModelHandle | None:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 PROMPT = "you> "
 
@@ -37,6 +37,22 @@ def _settings(args: argparse.Namespace):
                                     "top-k": ("top_k", args.top_k)})
 
 
+def _programs(paths: list[str] | None) -> dict[str, tuple[Any, str]]:
+    """The compiled VoE programs of ``--program`` (before any model loads), by name, each
+    with a line naming its file and hash; one file a program."""
+    from memstrata.compile_commands import program_file
+    from memstrata.programs.compiled import load_program, program_ref
+
+    out: dict[str, tuple[Any, str]] = {}
+    for path in paths or []:
+        program_file(path, ("voe.predictor", "voe.responder"), "chat")
+        ref = program_ref(path)
+        if ref.name in out:
+            raise SystemExit(f"memstrata: --program: two {ref.name} files")
+        out[ref.name] = (load_program(ref.name, path), f"{ref.path} (sha256 {ref.sha256[:12]})")
+    return out
+
+
 def cmd_chat(args: argparse.Namespace, stdin=None, out: TextIO | None = None) -> int:
     """Chat with the configured model (embedded by default) through the violation-of-
     expectation loop: it predicts your next message, learns a fact when you surprise it,
@@ -52,11 +68,16 @@ def cmd_chat(args: argparse.Namespace, stdin=None, out: TextIO | None = None) ->
     if not args.user.strip():
         raise SystemExit("memstrata: --user must not be empty")
     settings = _settings(args)
+    programs = _programs(getattr(args, "program", None))
     handle = model_from_args(args)
     with Store.open(args.db) as store:
-        loop = VoELoop(store, args.user, settings)
+        loop = VoELoop(store, args.user, settings,
+                       predictor=programs.get("voe.predictor", (None, ""))[0],
+                       responder=programs.get("voe.responder", (None, ""))[0])
         print(f"memstrata chat · {args.user} on {handle.name} · {len(loop.messages)} earlier "
               "messages · /quit to leave", file=out)
+        for name, (_, named) in programs.items():
+            print(f"  {name}: {named}", file=out)
         while True:
             print(PROMPT, end="", file=out, flush=True)
             raw = stdin.readline()

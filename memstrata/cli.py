@@ -26,6 +26,7 @@ from memstrata.agent_commands import (
 )
 from memstrata.chat_commands import cmd_chat, cmd_facts
 from memstrata.cognitive_commands import add_cognitive_parsers
+from memstrata.compile_commands import add_compile_parsers
 from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
 from memstrata.mcp_commands import add_mcp_parser
@@ -223,7 +224,7 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
             embedder=_embedder(not args.no_dense),
             weights=_weights(args.weights), conversations=set(convs) if convs else None,
             categories=set(cats) if cats else None, limit=args.limit,
-            ingest=IngestSettings() if args.facts else None)
+            ingest=IngestSettings() if args.facts else None, program=args.program)
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
     return _report(locomo_table(doc), write_locomo_outputs(doc, args.out))
@@ -371,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", help="extraction cache (default <db>.extractions.jsonl)")
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (lexical only)")
     p.add_argument("--json", action="store_true", help="one JSON report per conversation")
+    p.add_argument("--program", metavar="FILE", help="a compiled extractor program file to "
+                   "extract with (its ingest runs and cache keys name the file and its hash)")
     add_ingest_args(p)
     add_model_args(p)
     p.set_defaults(func=cmd_ingest)
@@ -424,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=60.0,
                    help="fuzzy score below which a prediction is violated (60)")
     p.add_argument("--top-k", type=int, default=10, help="facts shown to the responder (10)")
+    p.add_argument("--program", metavar="FILE", action="append",
+                   help="a compiled voe.predictor or voe.responder program file to chat with "
+                   "(repeatable: one of each); the banner names each file and its hash")
     add_model_args(p, prefix_cache="ram")  # its two programs alternate
     p.set_defaults(func=cmd_chat)
 
@@ -564,6 +570,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--facts", action="store_true",
                    help="extract facts with --lm before answering (memstrata retrieves them "
                    "beside the turns); one call per chunk of >= 10 turns, cached in --out")
+    p.add_argument("--program", metavar="FILE",
+                   help="a compiled qa program (memstrata compile qa): the memstrata system "
+                   "answers with it (the baselines keep the hand-written QA); locomo.json and "
+                   "every memstrata run record name the file and its SHA-256")
     p.set_defaults(func=cmd_bench_locomo)
     add_verify_parser(bsub)
 
@@ -624,6 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: a temporary folder, removed after)")
     p.set_defaults(func=cmd_bench_reliability)
     add_cognitive_parsers(sub, bsub)
+    add_compile_parsers(sub, bsub)
     return parser
 
 

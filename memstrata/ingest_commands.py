@@ -51,6 +51,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     from memstrata.bench.locomo import load_locomo, read_subset
     from memstrata.cli import _embedder
+    from memstrata.compile_commands import program_file
     from memstrata.memory import Store
     from memstrata.programs.ingest import IngestError, ingest_conversation, weak_model_warning
 
@@ -59,6 +60,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         convs = read_subset(args.data, _conversations(args))
     except (OSError, ValueError) as exc:
         raise SystemExit(f"memstrata: {exc}") from None
+    program = program_file(args.program, ("extractor",), "ingest")
     handle = model_from_args(args)
     embedder = _embedder(not args.no_embed)
     cache = Path(args.cache or f"{args.db}.extractions.jsonl")
@@ -71,7 +73,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                     reports.append(ingest_conversation(
                         store, args.tenant or conv.sample_id, conv.sample_id, handle,
                         settings=settings, cache_path=cache, embedder=embedder,
-                        progress=bar.update))
+                        progress=bar.update, program=program))
                 except IngestError as exc:
                     raise SystemExit(f"memstrata: {exc}") from None
     for r in reports:

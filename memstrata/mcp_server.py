@@ -105,7 +105,8 @@ class TenantTools:
         self._config: dict[str, Any] = {
             "transport": transport, "server_session": self.server_session,
             "caps": self.session.caps.model_dump(),
-            "model": memory.lm.name if memory.lm is not None else None}
+            "model": memory.lm.name if memory.lm is not None else None,
+            "programs": memory.programs}
 
     @property
     def user_id(self) -> str:

@@ -32,7 +32,7 @@ from memstrata.memory import Filters, Hit, Retriever, Store
 from memstrata.memory.attribution import ConversationIndex
 from memstrata.memory.route import Route, Router
 from memstrata.memory.verify import Verification, VerifySettings, coverage, question_terms, verify
-from memstrata.packers import from_hits, pack
+from memstrata.packers import PackedContext, from_hits, pack
 from pydantic import BaseModel
 
 from .binding import Live
@@ -111,6 +111,28 @@ def _rough_tokens(text: str) -> int:
     return len(text) // 4 + 1
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The answer path's state before any LLM call (``PersonalAnswerer.prepare``).
+
+    ``packed`` is the block ``QA`` is shown, or ``None`` when the verifier abstains
+    (another person holds what the question asks about): then ``QA`` is never asked.
+    """
+
+    question: str
+    route: Route
+    indexes: list[ConversationIndex]
+    person: str | None
+    checked: Verification
+    hits: list[Hit]
+    packed: PackedContext | None
+
+    @property
+    def memories(self) -> str:
+        """The packed memories (empty when the verifier abstains)."""
+        return self.packed.text if self.packed is not None else ""
+
+
 class PersonalAnswerer(dspy.Module):
     """Answers questions about people from one store, verifying attribution first.
 
@@ -169,15 +191,15 @@ class PersonalAnswerer(dspy.Module):
         """The bound router (``Memory`` forgets a tenant's routing through it)."""
         return self.sources.get().router
 
-    def forward(self, question: str, user_id: str, conversation_id: str | None = None,
+    def prepare(self, question: str, user_id: str, conversation_id: str | None = None,
                 now: datetime | None = None, *, sources: AnswerSources | None = None
-                ) -> dspy.Prediction:
-        """Answer ``question`` for tenant ``user_id``, from ``sources`` when given, else
-        from the bound ones (``UnboundProgramError`` when there are none).
+                ) -> Prepared:
+        """Everything the path does before any LLM call: route, retrieve, verify and, when
+        the verifier does not abstain, pack the memories ``QA`` is shown.
 
-        Returns a prediction with ``answer``, ``abstained``, ``evidence``, ``provenance``
-        (:class:`AnswerWithProvenance`) and ``memories`` (the packed block shown to the
-        model; empty when the verifier abstained without asking it).
+        ``forward`` answers from it; ``bench.compile`` builds the QA trainset from it, so
+        a compiled ``QA`` learns from exactly the memories it is shown when it answers.
+        Reads ``sources`` when given, else the bound ones (``UnboundProgramError``).
         """
         src = sources or self.sources.get()
         route = src.router.route(user_id, question, conversation_id=conversation_id, now=now)
@@ -192,11 +214,33 @@ class PersonalAnswerer(dspy.Module):
         if route.scope != "global":  # a person in several conversations: only theirs
             routed = set(route.conversations)
             hits = [h for h in hits if h.conversation_id in routed or h.conversation_id is None]
+        packed = None
+        if not (checked.abstain and checked.other is not None):
+            packed = pack(from_hits(hits), self.settings.budget, src.count_tokens,
+                          date_style=self.qa.style.date_style)
+        return Prepared(question=question, route=route, indexes=indexes, person=person,
+                        checked=checked, hits=hits, packed=packed)
+
+    def forward(self, question: str, user_id: str, conversation_id: str | None = None,
+                now: datetime | None = None, *, sources: AnswerSources | None = None
+                ) -> dspy.Prediction:
+        """Answer ``question`` for tenant ``user_id``, from ``sources`` when given, else
+        from the bound ones (``UnboundProgramError`` when there are none).
+
+        Returns a prediction with ``answer``, ``abstained``, ``evidence``, ``provenance``
+        (:class:`AnswerWithProvenance`) and ``memories`` (the packed block shown to the
+        model; empty when the verifier abstained without asking it).
+        """
+        ready = self.prepare(question, user_id, conversation_id, now, sources=sources)
+        route, indexes, person, checked, hits = (ready.route, ready.indexes, ready.person,
+                                                 ready.checked, ready.hits)
         by_id = {h.turn_id or h.id: h for h in hits}
         base = {"question": question, "route": route, "verification": checked,
                 "retrieved": list(by_id)}
-        if checked.abstain and checked.other is not None:
+        packed = ready.packed
+        if packed is None:
             other = checked.other
+            assert other is not None  # prepare packs unless the verifier credits another
             result = AnswerWithProvenance(
                 **base, answer=self.qa.style.abstain_answer, abstained=True,
                 answered_by="verifier",
@@ -204,8 +248,6 @@ class PersonalAnswerer(dspy.Module):
                 about=[other.person],
                 confidence=round(other.score - (checked.named.score if checked.named else 0), 4))
             return self._finish(result, other.conversation_id, indexes, hits, memories="")
-        packed = pack(from_hits(hits), self.settings.budget, src.count_tokens,
-                      date_style=self.qa.style.date_style)
         pred = self.qa(question=question, memories=packed.text)
         terms = question_terms(question, [p for ix in indexes for p in ix.participants])
         evidence, source = list(pred.evidence), "cited"

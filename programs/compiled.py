@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from pydantic import BaseModel
 
 from .structured import _without_defaults
 
@@ -197,6 +198,27 @@ def program_hash(path: str | Path) -> str:
     return str(read_program_file(path)["sha256"])
 
 
+class ProgramRef(BaseModel):
+    """A program file as a run names it: its path as given, its program and its hash."""
+
+    path: str
+    name: str
+    sha256: str
+
+
+def program_ref(path: str | Path, name: str | None = None) -> ProgramRef:
+    """The reference run records and reports keep for the program file at ``path``.
+
+    Raises:
+        ValueError: not a program file, its hash fails, or it holds another program than
+            ``name`` (when given).
+    """
+    doc = read_program_file(path)
+    if name is not None and doc["program"] != name:
+        raise ValueError(f"{path} holds the program {doc['program']!r}, not {name!r}")
+    return ProgramRef(path=str(path), name=str(doc["program"]), sha256=str(doc["sha256"]))
+
+
 def load_program(name: str, path: str | Path) -> dspy.Module:
     """The program ``name`` rebuilt from the file at ``path``, its demos and instructions
     loaded. An answerer comes back unbound (``bind`` it to a store).
@@ -212,5 +234,5 @@ def load_program(name: str, path: str | Path) -> dspy.Module:
     return program
 
 
-__all__ = ["BUILDERS", "load_program", "program_hash", "program_name", "program_options",
-           "read_program_file", "save_program"]
+__all__ = ["BUILDERS", "ProgramRef", "load_program", "program_hash", "program_name",
+           "program_options", "program_ref", "read_program_file", "save_program"]

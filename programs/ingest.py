@@ -196,6 +196,7 @@ def ingest_conversation(
     store: Store, user_id: str, conversation_id: str, handle: ModelHandle, *,
     settings: IngestSettings | None = None, cache_path: str | Path | None = None,
     embedder: Embedder | None = None, progress: Callable[[int], None] | None = None,
+    program: str | Path | None = None,
 ) -> IngestReport:
     """Extract, ground, reconcile and store one conversation's facts.
 
@@ -209,12 +210,17 @@ def ingest_conversation(
         cache_path: a JSONL file of chunk extractions (re-runs make no repeated calls).
         embedder: embeds the stored facts for the dense channel, if given.
         progress: called with the number of turns of each chunk done.
+        program: a compiled ``extractor`` program file (``programs.compiled``) to extract
+            with instead of a fresh ``Extractor`` (its own output budget and date style
+            then rule); the ``ingest`` run and the cache key name its path and hash.
 
     Raises:
         IngestError: the chunk plan would break the call cap.
+        ValueError: ``program`` is not an extractor program file (or fails its hash).
     """
     return _ingest(store, user_id, conversation_id, handle, settings=settings,
-                   cache_path=cache_path, embedder=embedder, progress=progress)
+                   cache_path=cache_path, embedder=embedder, progress=progress,
+                   program=program)
 
 
 def ingest_turns(
@@ -238,6 +244,7 @@ def _ingest(
     settings: IngestSettings | None = None, cache_path: str | Path | None = None,
     embedder: Embedder | None = None, progress: Callable[[int], None] | None = None,
     turns: list[Turn] | None = None, events: list[FactEvent] | None = None,
+    program: str | Path | None = None,
 ) -> IngestReport:
     settings = settings or IngestSettings()
     started = time.perf_counter()
@@ -250,6 +257,13 @@ def _ingest(
     cache = JsonlCache(Path(cache_path), ChunkResult) if cache_path else None
     extractor = Extractor(max_tokens=settings.max_tokens, date_style=settings.date_style)
     salt = fingerprint(handle, settings)
+    ref = None
+    if program is not None:  # a compiled extractor: its own prompt, its own cache keys
+        from .compiled import load_program, program_ref
+
+        ref = program_ref(program, "extractor")
+        extractor = load_program("extractor", program)  # type: ignore[assignment]
+        salt += f"+program{ref.sha256[:12]}"
     facts: list[FactItem] = []
     qa: list[QAPairItem] = []
     entities: list[EntityItem] = []
@@ -257,7 +271,8 @@ def _ingest(
     rejected: Counter[str] = Counter()
     cleared: Counter[str] = Counter()
     with Recorder(store, user_id, "ingest", task=conversation_id,
-                  config={"model": handle.name, **settings.model_dump(mode="json")},
+                  config={"model": handle.name, **settings.model_dump(mode="json"),
+                          "program": ref.model_dump() if ref is not None else None},
                   layers=["turns"]) as run:
         for chunk in chunks:
             key = hashlib.sha256(f"{salt}|{chunk_text(chunk, settings.date_style)}".encode()

@@ -19,7 +19,8 @@ CITIES = ["Oslo", "Paris", "Rome", "Lima", "Kyiv", "Bern", "Riga", "Baku"]
 
 def _reply(system: str, user: str, schema: dict[str, Any] | None) -> Any:
     if schema is None:  # an optimizer's own prompt (DSPy's format): a new instruction
-        field = re.findall(r"\[\[ ## (\w+) ## \]\]", system)[-1]
+        # The last output field named in DSPy's format (its end marker is no field).
+        field = [f for f in re.findall(r"\[\[ ## (\w+) ## \]\]", system) if f != "completed"][-1]
         return f"[[ ## {field} ## ]]\nCopy the answer from the memories.\n[[ ## completed ## ]]"
     m = re.search(r"\[(s\d+:\d+) · \w+ · [^\]]+\] I live in (\w+)", user)
     return {"answer": m[2] if m else "I don't know", "evidence": [m[1]] if m else []}

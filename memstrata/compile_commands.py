@@ -1,0 +1,251 @@
+"""``memstrata compile`` and ``memstrata bench compile``: DSPy's optimizers on memstrata's
+programs (see ``bench/compile.py`` for the data, the optimizers and their budgets)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from memstrata.agent_commands import add_model_args, model_from_args
+
+_DEFAULT_DATA = Path("..") / "shared" / "data" / "locomo" / "locomo_dev.json"
+_SPLIT_HELP = ("comma-separated LoCoMo sample ids; train, validation and held-out "
+               "conversations must be disjoint")
+
+
+def program_file(path: str | None, uses: tuple[str, ...], command: str) -> str | None:
+    """``--program FILE`` checked before any model loads: a program file (hash intact)
+    holding one of the programs ``command`` uses; exits naming them otherwise."""
+    if path is None:
+        return None
+    from memstrata.programs.compiled import program_ref
+
+    try:
+        name = program_ref(path).name
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"memstrata: --program: {exc}") from None
+    if name not in uses:
+        raise SystemExit(f"memstrata: --program: {path} holds the program {name}; {command} "
+                         f"uses {' or '.join(uses)}")
+    return path
+
+
+def _budgets(raw: list[str] | None, optimizers: list[str]) -> dict[str, Any]:
+    """``--budget N`` (one optimizer) or ``--budget OPT=N`` (any): each optimizer's
+    default budget with its main knob replaced."""
+    from pydantic import ValidationError
+
+    from memstrata.bench.compile import BUDGETS, OPTIMIZERS, Budget
+
+    out: dict[str, Any] = {}
+    for item in raw or []:
+        name, _, value = item.rpartition("=")
+        if not name and len(optimizers) == 1:
+            name = optimizers[0]
+        if name not in OPTIMIZERS:
+            raise SystemExit(f"memstrata: --budget {item!r}: give N, or OPT=N with OPT one of "
+                             f"{', '.join(OPTIMIZERS)}")
+        try:
+            out[name] = Budget(**{**BUDGETS[name].model_dump(), "main": int(value)})  # type: ignore[index]
+        except (ValueError, ValidationError):
+            raise SystemExit(f"memstrata: --budget {item!r}: N must be a whole number >= 1"
+                             ) from None
+    return out
+
+
+def _split(args: argparse.Namespace, heldout: str | None = None):
+    """The split, checked against --data: unknown or shared conversations exit here,
+    before any model loads."""
+    from memstrata.bench.compile import Split, read_split
+
+    try:
+        return read_split(args.data, Split.parse(args.train, args.val, heldout))
+    except (ValueError, OSError) as exc:  # a LoCoMoError (a malformed file) is one too
+        raise SystemExit(f"memstrata: {exc}") from None
+
+
+def _limits(args: argparse.Namespace) -> None:
+    for flag in ("limit", "heldout_limit"):
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise SystemExit(f"memstrata: --{flag.replace('_', '-')} must be at least 1")
+
+
+def _require_optuna(optimizers: list[str]) -> None:
+    if "mipro" in optimizers:
+        from memstrata.memory.extras import require
+
+        require("optuna", "optimize", "MIPROv2 (--optimizer mipro)")
+
+
+def _models(args: argparse.Namespace):
+    """The student (--lm) and, when named, the teacher and the reflection model; a name
+    given twice is one model (one engine, one meter)."""
+    from memstrata.bench.compile import Models
+    from memstrata.programs import setup_lm
+
+    student = model_from_args(args)
+    loaded = {student.name: student}
+
+    def named(choice: str | None):
+        if not choice:
+            return None
+        if choice not in loaded:
+            loaded[choice] = setup_lm(choice, n_ctx=args.n_ctx, max_tokens=args.max_tokens,
+                                      n_threads=args.threads, prefix_cache=args.prefix_cache)
+        return loaded[choice]
+
+    return Models(student=student, teacher=named(args.teacher_lm),
+                  reflection=named(args.reflection_lm))
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """Compile a memstrata program with one of DSPy's optimizers on LoCoMo dev
+    conversations, and write it as a program file (for `bench locomo --program`,
+    `Memory.open(programs=...)`). Train and validation sets are whole conversations; each
+    question's memories are the ones bench locomo's memstrata system packs for it. The
+    compile is recorded as a run in --db (every LLM call a step); its wall time and LLM
+    calls are printed and kept in the file's meta."""
+    from memstrata.bench.compile import BUDGETS, CompileJob, compile_qa
+    from memstrata.bench.qa import QASettings
+    from memstrata.cli import _embedder, _weights
+    from memstrata.memory import Store
+
+    _limits(args)
+    budget = _budgets(args.budget, [args.optimizer]).get(args.optimizer,
+                                                         BUDGETS[args.optimizer])
+    data = _split(args)
+    _require_optuna([args.optimizer])
+    models = _models(args)
+    out = Path(args.out)
+    db = args.db or f"{out}.db"
+    job = CompileJob(optimizer=args.optimizer, models=models, data=data,
+                     settings=QASettings.for_model(models.student.name), out=out,
+                     budget=budget, limit=args.limit,
+                     embedder=_embedder(not args.no_dense), weights=_weights(args.weights))
+    with Store.open(db) as store:
+        result = compile_qa(job, store)
+    print(f"wrote {out} ({result.wall_s:.0f} s, {result.llm_calls} LLM calls; run "
+          f"{result.run_id} in {db})", file=sys.stderr)
+    print(json.dumps({"program": result.program.model_dump(), "optimizer": result.optimizer,
+                      "wall_s": result.wall_s, "llm_calls": result.llm_calls,
+                      "usage": {r: u.model_dump() for r, u in result.usage.items()},
+                      "run_id": result.run_id, "db": db}))
+    return 0
+
+
+def cmd_bench_compile(args: argparse.Namespace) -> int:
+    """For one program: the uncompiled program and each optimizer's compiled one, scored
+    side by side on held-out conversations in one run (bench locomo's memstrata F1 on the
+    held-out questions), each compile's wall time and LLM calls beside its gain. Writes
+    compile.json, compile.md and compile.png to --out, the programs to --out/programs and
+    each system's answers to --out/heldout (cached: a re-run resumes; a program whose
+    recipe is unchanged is not compiled again)."""
+    from memstrata.bench.compile import (
+        OPTIMIZERS,
+        compile_table,
+        run_compile_bench,
+        write_compile_outputs,
+    )
+    from memstrata.cli import _audit, _csv, _embedder, _report, _weights
+
+    _limits(args)
+    optimizers = _csv(args.optimizers, "--optimizers") or list(OPTIMIZERS)
+    if unknown := [o for o in optimizers if o not in OPTIMIZERS]:
+        raise SystemExit(f"memstrata: unknown optimizer(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(OPTIMIZERS)}")
+    budgets = _budgets(args.budget, optimizers)
+    data = _split(args, args.heldout)
+    if not data.split.heldout:
+        raise SystemExit("memstrata: --heldout must name at least one conversation")
+    _require_optuna(optimizers)
+    models = _models(args)
+    doc = run_compile_bench(
+        args.data, models, args.out, split=data.split, optimizers=optimizers,
+        budgets=budgets, limit=args.limit, heldout_limit=args.heldout_limit,
+        audit=_audit(args), embedder=_embedder(not args.no_dense),
+        weights=_weights(args.weights))
+    return _report(compile_table(doc), write_compile_outputs(doc, args.out))
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    from memstrata.agent_commands import lm_help
+    from memstrata.bench.compile import COMPILABLE, DEFAULT_LIMIT, DEFAULT_TRAIN, DEFAULT_VAL
+
+    p.add_argument("program", choices=COMPILABLE, metavar="PROGRAM",
+                   help=f"the program to compile: {', '.join(COMPILABLE)} (the QA of the "
+                   "answer path)")
+    p.add_argument("--data", default=str(_DEFAULT_DATA),
+                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
+    p.add_argument("--train", default=",".join(DEFAULT_TRAIN),
+                   help=f"training conversations ({_SPLIT_HELP}; default "
+                   f"{','.join(DEFAULT_TRAIN)})")
+    p.add_argument("--val", default=",".join(DEFAULT_VAL),
+                   help=f"validation conversations (default {','.join(DEFAULT_VAL)})")
+    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
+                   help="at most N questions per train and validation set, spread over "
+                   f"conversations and categories (default {DEFAULT_LIMIT}: what the budgets "
+                   "are sized for)")
+    p.add_argument("--teacher-lm", metavar="MODEL",
+                   help="the model that bootstraps demos (default --lm); " + lm_help("same forms"))
+    p.add_argument("--reflection-lm", metavar="MODEL",
+                   help="the model that writes instructions: MIPROv2's prompt model, GEPA's "
+                   "reflection LM, SIMBA's rule writer (default --teacher-lm, then --lm)")
+    p.add_argument("--no-dense", action="store_true",
+                   help="retrieval without embeddings (as bench locomo --no-dense)")
+    p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
+    add_model_args(p)
+
+
+def _budget_epilog() -> str:
+    from memstrata.bench.compile import budget_help
+
+    return ("Budgets (--budget N, or OPT=N) are sized for a 2-core CPU with the embedded "
+            "1.5B model (~10 s a call): BootstrapFewShot in ~5-30 min; MIPROv2 and GEPA "
+            f"~3x that, SIMBA ~6x. {budget_help()}. One model thread. Resuming: GEPA keeps its "
+            "state in FILE.gepa/ and continues from it when run again with the same --out; "
+            "BootstrapFewShot, MIPROv2 and SIMBA cannot resume and start over.")
+
+
+def add_compile_parsers(sub: Any, bsub: Any) -> None:
+    """``memstrata compile`` under ``sub`` and ``memstrata bench compile`` under ``bsub``."""
+    from memstrata.bench.compile import DEFAULT_HELDOUT, OPTIMIZERS
+
+    p = sub.add_parser("compile", help="compile a program with a DSPy optimizer on LoCoMo "
+                       "dev conversations", description=cmd_compile.__doc__,
+                       epilog=_budget_epilog())
+    _add_common(p)
+    p.add_argument("--optimizer", required=True, choices=OPTIMIZERS,
+                   help="BootstrapFewShot, MIPROv2 (needs the optimize extra), GEPA or SIMBA")
+    p.add_argument("--budget", action="append", metavar="N",
+                   help="the optimizer's budget (see below)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the program file to write")
+    p.add_argument("--db", help="store for the loaded conversations and the compile's run "
+                   "record (default FILE.db beside --out: the train and validation "
+                   "conversations are loaded as tenants, as bench locomo loads them, so they "
+                   "are never mixed into a store of your own)")
+    p.set_defaults(func=cmd_compile)
+
+    p = bsub.add_parser("compile", help="uncompiled vs each optimizer's compiled program, "
+                        "scored on held-out conversations in one run",
+                        description=cmd_bench_compile.__doc__, epilog=_budget_epilog())
+    _add_common(p)
+    p.add_argument("--heldout", default=",".join(DEFAULT_HELDOUT),
+                   help=f"held-out conversations, scored only (default "
+                   f"{','.join(DEFAULT_HELDOUT)})")
+    p.add_argument("--heldout-limit", type=int,
+                   help="at most N held-out questions, spread over categories (default all)")
+    p.add_argument("--optimizers", help="comma-separated subset of "
+                   f"{', '.join(OPTIMIZERS)} (default: all)")
+    p.add_argument("--budget", action="append", metavar="OPT=N",
+                   help="an optimizer's budget (repeatable; see below)")
+    p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
+                   "beside --data, if present): the corrected F1 is reported too")
+    p.add_argument("--out", default="out", help="output folder (default ./out)")
+    p.set_defaults(func=cmd_bench_compile)
+
+
+__all__ = ["add_compile_parsers", "cmd_bench_compile", "cmd_compile"]
