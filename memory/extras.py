@@ -12,6 +12,7 @@ comes with extras (``pip install 'memstrata[NAME]'``; ``all`` is every one of th
 - ``bench``: benchmark charts, baselines and statistics (matplotlib, rank-bm25, scipy).
 - ``mcp``: the MCP server, ``memstrata mcp`` (the official ``mcp`` SDK).
 - ``optimize``: what DSPy's optimizers need beyond DSPy (optuna, for MIPROv2).
+- ``postgres``: the PostgreSQL store, ``memory/store/pg`` (psycopg 3 and its pool).
 
 Code that needs one imports it here, inside the function that needs it, so the core
 imports none of them. Like the rest of ``memory``, this module imports nothing of memstrata.
@@ -44,6 +45,8 @@ PACKAGES = {
     "scipy": "scipy",
     "mcp": "mcp",
     "optuna": "optuna",
+    "psycopg": "psycopg",
+    "psycopg_pool": "psycopg-pool",
 }
 
 #: Each extra's top-level modules (pyproject.toml's optional-dependencies, by module).
@@ -55,6 +58,8 @@ EXTRAS = {
     "bench": ("matplotlib", "rank_bm25", "scipy"),
     "mcp": ("mcp",),
     "optimize": ("optuna",),
+    # psycopg_pool (PACKAGES: psycopg-pool) comes with it, as psycopg's `pool` extra.
+    "postgres": ("psycopg",),
 }
 
 

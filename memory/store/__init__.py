@@ -54,7 +54,13 @@ module's docstring says what in it is SQLite-specific. The mixins form a chain
 ``FilterQueries`` and ``TenantRows`` on ``StoreConnection``) so every method a mixin calls
 on ``self`` is declared in one of its bases. Every name this module exported before the
 split (``Store``, ``Filters``, ``Facets``, ``Ref``, ``node_type``, ``tenant_token``, ...) is
-still exported here."""
+still exported here.
+
+The backend interface is ``protocol.py`` (``MemoryStore``: every method code above the
+store calls, in three parts); ``Store`` satisfies all of it. ``pg/`` is the PostgreSQL
+backend (issue 22), which satisfies the ``RecordStore`` part so far and is not yet reachable
+from ``Memory.open`` or ``--db``; it needs the ``postgres`` extra and nothing here imports
+it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,285 @@
+"""The PostgreSQL store's schema: ordered migrations recorded in ``schema_migrations``,
+the application role and its grants, and row-level security on every tenant table.
+
+Same tables and columns as the SQLite schema (``memory/schema.py``) for what this backend
+holds so far (conversations, sessions, turns, items, edges, embeddings, versions), with
+PostgreSQL types:
+
+- ``rowid``: a ``bigint`` identity column in ``turns``, ``items`` and ``conversations``,
+  where SQLite has its implicit rowid: insertion order, and a ``Ref``'s integer.
+- JSON columns (``metadata``, ``data``, ``tags``, ``evidence``, ``speakers``,
+  ``snapshot``) are ``jsonb``: the kinds queries read fields with jsonb operators. jsonb
+  keeps values, not the text: an object's keys come back in jsonb's order (dicts are
+  equal; a JSON dump of one may order its keys differently from SQLite's).
+- Times stay ISO-8601 UTC text, as in SQLite, not ``timestamptz``: the store's contract
+  returns stored times as that text (``session_rows``, ``version_rows``, ``history``,
+  ``kind_max``), compares them with ISO strings (``Cond("valid_to", ...)``, filters), and
+  ``_ts`` writes every one in one form (``+00:00``), so text order is time order and every
+  value reads back byte for byte. (A ``timestamptz`` column would read back a
+  ``datetime`` and print ``+00:00`` the same way, but every comparison and result type
+  would need converting at the boundary, for no gain in this milestone.)
+- Every text column is ``COLLATE "C"``: bytewise order, SQLite's ``BINARY``, whatever the
+  database's default collation, so ``ORDER BY id`` and text comparisons agree with SQLite.
+- ``user_id <> ''``: the empty string is what ``current_setting('app.tenant', true)``
+  reads once a transaction that set it has ended, so no row may belong to it.
+
+Row-level security: every table with a ``user_id`` column has RLS enabled and one policy,
+``user_id = current_setting('app.tenant', true)`` for reads and writes, which applies to
+every role but the table owner and superusers. The store's queries run as a separate
+role (``memstrata_app`` unless ``open`` is told otherwise: NOLOGIN, no BYPASSRLS, granted
+DML on these tables only, reached by ``SET ROLE`` on each pooled connection), and each
+transaction sets ``app.tenant`` (``SET LOCAL`` semantics). A query without the setting sees
+no row and can write none. The tables are not ``FORCE``d: the owner (the role in the URL,
+which runs the migrations) keeps full access for operations, and two ``SECURITY DEFINER``
+functions owned by it answer the two questions that span tenants and return no content:
+``memstrata_owner(id)`` (the tenant of an id: ``owner``, used by imports to refuse ids
+that exist elsewhere) and ``memstrata_counts()`` (row counts of all tenants: ``counts()``).
+
+Migrations run on one direct connection as the URL's role, each in its own transaction
+with its row in ``schema_migrations``, under a transaction-level advisory lock, so two
+processes opening a new database at once apply each version once. DDL is transactional in
+PostgreSQL: a failed migration leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psycopg
+
+T = 'text COLLATE "C"'
+"""Every text column's type: bytewise order, as SQLite's default ``BINARY`` collation."""
+
+MIGRATION_LOCK = 0x6D656D73  # 'mems': the advisory lock key migrations run under
+
+TENANT_TABLES = ("conversations", "sessions", "turns", "items", "edges", "embeddings",
+                 "versions")
+"""Every table with a ``user_id`` column (RLS on each; ``forget_user`` empties each)."""
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "conversations, sessions, turns, items, edges, embeddings, versions",
+        f"""
+        CREATE TABLE conversations (
+            rowid bigint GENERATED ALWAYS AS IDENTITY,
+            id {T} NOT NULL,
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            agent_id {T},
+            title {T} NOT NULL DEFAULT '',
+            speakers jsonb NOT NULL DEFAULT '[]',
+            metadata jsonb NOT NULL DEFAULT '{{}}',
+            recorded_at {T} NOT NULL,
+            PRIMARY KEY (user_id, id)
+        );
+        CREATE TABLE sessions (
+            id {T} NOT NULL,
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            conversation_id {T} NOT NULL,
+            idx integer NOT NULL,
+            started_at {T},
+            metadata jsonb NOT NULL DEFAULT '{{}}',
+            PRIMARY KEY (user_id, conversation_id, id)
+        );
+        CREATE TABLE turns (
+            rowid bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            id {T} NOT NULL UNIQUE,
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            agent_id {T},
+            conversation_id {T} NOT NULL,
+            session_id {T} NOT NULL,
+            turn_id {T} NOT NULL,
+            seq integer NOT NULL,
+            speaker {T} NOT NULL,
+            text {T} NOT NULL,
+            event_time {T},
+            recorded_at {T} NOT NULL,
+            updated_at {T},
+            metadata jsonb NOT NULL DEFAULT '{{}}'
+        );
+        CREATE INDEX turns_tenant_conv ON turns (user_id, conversation_id, seq);
+        CREATE INDEX turns_tenant_time ON turns (user_id, event_time);
+        CREATE INDEX turns_tenant_speaker ON turns (user_id, speaker);
+        CREATE TABLE items (
+            rowid bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            id {T} NOT NULL UNIQUE,
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            agent_id {T},
+            kind {T} NOT NULL,
+            text {T} NOT NULL,
+            title {T} NOT NULL DEFAULT '',
+            tags jsonb NOT NULL DEFAULT '[]',
+            confidence double precision NOT NULL DEFAULT 1.0,
+            source {T} NOT NULL DEFAULT '',
+            speaker {T},
+            about {T},
+            conversation_id {T},
+            evidence jsonb NOT NULL DEFAULT '[]',
+            event_time {T},
+            valid_to {T},
+            recorded_at {T} NOT NULL,
+            updated_at {T} NOT NULL,
+            content_hash {T} NOT NULL,
+            data jsonb NOT NULL DEFAULT '{{}}'
+        );
+        CREATE UNIQUE INDEX items_dedup ON items (user_id, kind, content_hash);
+        CREATE INDEX items_tenant_kind ON items (user_id, kind, event_time);
+        CREATE INDEX items_tenant_speaker ON items (user_id, speaker);
+        CREATE INDEX items_tenant_source ON items (user_id, kind, source, rowid);
+        CREATE TABLE edges (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            src {T} NOT NULL,
+            dst {T} NOT NULL,
+            relation {T} NOT NULL,
+            weight double precision NOT NULL DEFAULT 1.0,
+            metadata jsonb NOT NULL DEFAULT '{{}}',
+            recorded_at {T} NOT NULL,
+            UNIQUE (user_id, src, dst, relation)
+        );
+        CREATE INDEX edges_dst ON edges (user_id, dst);
+        CREATE TABLE embeddings (
+            node_id {T} NOT NULL,
+            model {T} NOT NULL,
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            dim integer NOT NULL,
+            vector bytea NOT NULL,
+            PRIMARY KEY (node_id, model)
+        );
+        CREATE INDEX embeddings_tenant ON embeddings (user_id, model);
+        CREATE TABLE versions (
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            node_id {T} NOT NULL,
+            version integer NOT NULL,
+            event {T} NOT NULL,
+            snapshot jsonb NOT NULL,
+            recorded_at {T} NOT NULL,
+            valid_to {T} NOT NULL,
+            PRIMARY KEY (node_id, version)
+        );
+        CREATE INDEX versions_tenant ON versions (user_id);
+        """,
+    ),
+    (
+        2,
+        "row-level security and the cross-tenant functions",
+        # A policy for every role (PUBLIC): the app role is bound by it, the owner is not
+        # (the tables are not FORCEd). current_setting(..., true): NULL when never set.
+        "".join(
+            f"""
+        ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY tenant ON {table}
+            USING (user_id = current_setting('app.tenant', true))
+            WITH CHECK (user_id = current_setting('app.tenant', true));
+        """ for table in TENANT_TABLES)
+        + """
+        CREATE FUNCTION memstrata_owner(node text) RETURNS text
+            LANGUAGE sql STABLE SECURITY DEFINER
+            AS $$ SELECT user_id FROM turns WHERE id = node
+                  UNION ALL SELECT user_id FROM items WHERE id = node LIMIT 1 $$;
+        CREATE FUNCTION memstrata_counts() RETURNS TABLE (name text, n bigint)
+            LANGUAGE sql STABLE SECURITY DEFINER
+            AS $$ SELECT 'conversations', count(*) FROM conversations
+                  UNION ALL SELECT 'sessions', count(*) FROM sessions
+                  UNION ALL SELECT 'turns', count(*) FROM turns
+                  UNION ALL SELECT 'items', count(*) FROM items
+                  UNION ALL SELECT 'edges', count(*) FROM edges
+                  UNION ALL SELECT 'embeddings', count(*) FROM embeddings $$
+        """,
+    ),
+]
+
+LATEST_VERSION = MIGRATIONS[-1][0]
+
+
+def migrate(conn: psycopg.Connection[Any]) -> list[int]:
+    """Apply every missing migration in order on ``conn`` (autocommit, the owner's role);
+    return the versions applied now.
+
+    Raises:
+        RuntimeError: the database was written by a newer memstrata (unknown versions).
+    """
+    from psycopg import sql
+
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
+        f" name {T} NOT NULL, applied_at {T} NOT NULL)")
+    done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+    unknown = done - {v for v, _, _ in MIGRATIONS}
+    if unknown:
+        raise RuntimeError(
+            f"database schema has versions {sorted(unknown)} that this memstrata does not "
+            f"know (latest known: {LATEST_VERSION}); upgrade memstrata to open it")
+    applied: list[int] = []
+    schema = conn.execute("SELECT current_schema()").fetchone()
+    for version, name, ddl in MIGRATIONS:
+        if version in done:
+            continue
+        with conn.transaction():
+            # A second look under the lock: another process may have applied it since.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            if conn.execute("SELECT 1 FROM schema_migrations WHERE version = %s",
+                            (version,)).fetchone() is not None:
+                continue
+            for statement in _statements(ddl):
+                conn.execute(statement)  # type: ignore[call-overload]  # our own DDL, no params
+            if "SECURITY DEFINER" in ddl and schema is not None:
+                # A definer function runs with the owner's rights: pin its search path, so
+                # no object of another schema can stand in for ours.
+                for fn in ("memstrata_owner(text)", "memstrata_counts()"):
+                    conn.execute(sql.SQL("ALTER FUNCTION {} SET search_path = {}, pg_temp")
+                                 .format(sql.SQL(fn), sql.Identifier(schema[0])))
+            conn.execute("INSERT INTO schema_migrations (version, name, applied_at)"
+                         " VALUES (%s, %s, %s)", (version, name, datetime.now(UTC).isoformat()))
+        applied.append(version)
+    return applied
+
+
+def _statements(ddl: str) -> list[str]:
+    """The statements of a migration (``;`` outside ``$$`` bodies ends one)."""
+    out, current, quoted = [], "", False
+    for part in ddl.split("$$"):
+        if quoted:
+            current += "$$" + part + "$$"
+        else:
+            pieces = part.split(";")
+            current += pieces[0]
+            for piece in pieces[1:]:
+                out.append(current)
+                current = piece
+        quoted = not quoted
+    out.append(current)
+    return [s.strip() for s in out if s.strip()]
+
+
+def grant(conn: psycopg.Connection[Any], role: str) -> None:
+    """Create the application role if missing (NOLOGIN, no BYPASSRLS), let the URL's role
+    ``SET ROLE`` to it, and grant it DML on the tenant tables and nothing else.
+
+    Looks first and writes only what is missing, so an ordinary open writes nothing.
+    """
+    from psycopg import errors, sql
+
+    ident = sql.Identifier(role)
+    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    if exists is None:
+        # A savepoint: a failed CREATE ROLE must not abort the migration's transaction.
+        with suppress(errors.DuplicateObject, errors.UniqueViolation), conn.transaction():
+            conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN NOSUPERUSER NOBYPASSRLS")
+                         .format(ident))  # another process may have created it just now
+    if not conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')",
+                        (role,)).fetchone()[0]:  # type: ignore[index]
+        conn.execute(sql.SQL("GRANT {} TO {}").format(ident, sql.SQL("current_user")))
+    # has_table_privilege with a list is true when any is held: ask for each.
+    missing = [t for t in TENANT_TABLES for p in ("SELECT", "INSERT", "UPDATE", "DELETE")
+               if not conn.execute("SELECT has_table_privilege(%s, %s, %s)",
+                                   (role, t, p)).fetchone()[0]]  # type: ignore[index]
+    if missing:
+        schema = conn.execute("SELECT current_schema()").fetchone()[0]  # type: ignore[index]
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}")
+                     .format(sql.Identifier(schema), ident))
+        conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
+            sql.SQL(", ").join(map(sql.Identifier, TENANT_TABLES)), ident))
