@@ -32,16 +32,17 @@ from typing import Any, Literal, Self
 
 import sqlite_utils
 
-from ..embed import Embedder, default_embedder
+from ..embed import Embedder
 from ..locking import BUSY_TIMEOUT_MS, LockedConnection, file_faults, retry_busy
 from ..runs import Runs
 from ..schema import LATEST_VERSION, migrate
 from .blobs import Blobs
 from .postings import Postings, RowLengths, Scored
 from .rows import Facets, Ref, _nbytes
+from .shared import EmbedderSetting
 
 
-class StoreConnection:
+class StoreConnection(EmbedderSetting):
     """The connection, transactions and cache every store mixin builds on (see the module)."""
 
     CACHE_ENTRIES = 512
@@ -109,17 +110,6 @@ class StoreConnection:
                 conn.close()
                 raise
         return cls(conn, path, embedder=embedder)
-
-    @property
-    def embedder(self) -> Embedder | None:
-        """What every write is embedded with (None: no vectors are written)."""
-        if self._embedder_spec == "default":
-            self._embedder_spec = default_embedder()
-        return self._embedder_spec  # type: ignore[return-value]
-
-    @embedder.setter
-    def embedder(self, value: Embedder | Literal["default"] | None) -> None:
-        self._embedder_spec = value
 
     @property
     def blobs(self) -> Blobs:

@@ -13,7 +13,7 @@ unique index on (tenant, kind, content hash) to keep that race closed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,36 +22,12 @@ from ..locking import stored_value
 from ..models import ITEM_ADAPTER, Item, utcnow
 from . import versions as versionsmod
 from .rows import ITEM_PREFIX, _new_id, _ts, _versioned, content_hash, tenant_token
+from .shared import ItemWrites
 from .vectors import VectorStore
 
 
-class ItemStore(VectorStore):
+class ItemStore(VectorStore, ItemWrites):
     """Items of every kind (see the module)."""
-
-    def add(self, item: Item) -> str:
-        """Store an item; an exact duplicate is merged into the existing row (its id returned).
-
-        Exact duplicates (same tenant, kind, speaker, subject and folded text) merge their
-        tags and evidence and keep the higher confidence: no fuzzy logic happens here.
-        """
-        return self.add_many([item])[0]
-
-    def add_many(self, items: Iterable[Item]) -> list[str]:
-        """Store several items in one transaction; returns their ids in order."""
-        now = utcnow()
-        ids: list[str] = []
-        fresh: list[tuple[Item, str]] = []
-        with self.transaction():
-            for item in items:
-                item_id, inserted = self._add_one(item, now)
-                ids.append(item_id)
-                if inserted:
-                    fresh.append((item, item_id))
-            embedder = self.embedder
-            if fresh and embedder is not None:
-                self._put_vectors([i.user_id for i, _ in fresh], [n for _, n in fresh],
-                                  embedder.encode([i.text for i, _ in fresh]), embedder.name)
-        return ids
 
     def duplicate_of(self, item: Item) -> str | None:
         """The id of the stored item ``add`` would merge ``item`` into, or None."""

@@ -17,20 +17,11 @@ import numpy as np
 from ..locking import stored_value
 from .nodes import NodeLookups
 from .rows import Ref
+from .shared import EmbeddingWrites
 
 
-class VectorStore(NodeLookups):
+class VectorStore(NodeLookups, EmbeddingWrites):
     """Writing and reading embeddings (see the module)."""
-
-    def set_embeddings(
-        self, user_id: str, node_ids: Sequence[str], vectors: np.ndarray, model: str
-    ) -> None:
-        """Store one float32 vector per node (rows of ``vectors``), replacing old ones."""
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or len(vectors) != len(node_ids):
-            raise ValueError("vectors must be a 2-D array with one row per node id")
-        with self.transaction():
-            self._put_vectors([user_id] * len(node_ids), node_ids, vectors, model)
 
     def _put_vectors(self, users: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
                      model: str) -> None:

@@ -36,9 +36,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, Self
 
-from ...embed import Embedder, default_embedder
+from ...embed import Embedder
 from ...extras import require
 from ...locking import StoreError
+from ..shared import EmbedderSetting
 from . import schema as pgschema
 
 psycopg = require("psycopg", "postgres", "the PostgreSQL store")
@@ -79,7 +80,7 @@ class _Bound(threading.local):
     locked: frozenset[str] = frozenset()  # tenants whose write lock this transaction holds
 
 
-class PgConnection:
+class PgConnection(EmbedderSetting):
     """Connections, transactions, the tenant setting and the write lock (see the module)."""
 
     DEFAULT_ROLE = "memstrata_app"
@@ -141,17 +142,6 @@ class PgConnection:
             kwargs={"autocommit": True, "connect_timeout": connect_timeout},
             name=f"memstrata {where}")
         return cls(pool, where, embedder=embedder)
-
-    @property
-    def embedder(self) -> Embedder | None:
-        """What every write is embedded with (None: no vectors are written)."""
-        if self._embedder_spec == "default":
-            self._embedder_spec = default_embedder()
-        return self._embedder_spec  # type: ignore[return-value]
-
-    @embedder.setter
-    def embedder(self, value: Embedder | Literal["default"] | None) -> None:
-        self._embedder_spec = value
 
     def close(self) -> None:
         """Close the pool (its connections)."""

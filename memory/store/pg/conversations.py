@@ -22,10 +22,11 @@ from psycopg.types.json import Jsonb
 from ...locking import stored_value
 from ...models import Conversation, Session, Turn, utcnow, with_caption
 from ..rows import TURN_PREFIX, _dt, _new_id, _ts
+from ..shared import EmbeddingWrites
 from .connection import PgConnection
 
 
-class PgConversations(PgConnection):
+class PgConversations(PgConnection, EmbeddingWrites):
     """Conversations, sessions, turns and embeddings (see the module)."""
 
     def add_conversation(self, conv: Conversation) -> None:
@@ -247,15 +248,6 @@ class PgConversations(PgConnection):
             )
 
     # embeddings
-    def set_embeddings(self, user_id: str, node_ids: Sequence[str], vectors: np.ndarray,
-                       model: str) -> None:
-        """Store one float32 vector per node (rows of ``vectors``), replacing old ones."""
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or len(vectors) != len(node_ids):
-            raise ValueError("vectors must be a 2-D array with one row per node id")
-        with self.transaction():
-            self._put_vectors([user_id] * len(node_ids), node_ids, vectors, model)
-
     def _put_vectors(self, users: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
                      model: str) -> None:
         """Write one vector per node (replacing old ones); ``users`` is each node's tenant."""

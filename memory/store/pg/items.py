@@ -19,7 +19,7 @@ default is the other way round). A field compared with a value of a type it does
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ from ...locking import stored_value
 from ...models import ITEM_ADAPTER, Item, utcnow
 from ..kinds import _COLUMNS, _NAME, _OPS, Cond, Sort
 from ..rows import ITEM_PREFIX, _new_id, _ts, _versioned, content_hash
+from ..shared import ItemWrites
 from .conversations import PgConversations
 
 _JSON_COLUMNS = ("tags", "evidence")
@@ -86,35 +87,15 @@ def _data_field(name: str) -> str:
     return f"nullif(data -> '{name}', 'null'::jsonb)"
 
 
-class PgItems(PgConversations):
+class PgItems(PgConversations, ItemWrites):
     """Items of every kind and the kinds queries (see the module)."""
 
-    def add(self, item: Item) -> str:
-        """Store an item; an exact duplicate is merged into the existing row (its id
-        returned): tags and evidence merged, the higher confidence kept."""
-        return self.add_many([item])[0]
-
-    def add_many(self, items: Iterable[Item]) -> list[str]:
-        """Store several items in one transaction; returns their ids in order."""
-        items = list(items)
-        now = utcnow()
-        ids: list[str] = []
-        fresh: list[tuple[Item, str]] = []
-        with self.transaction():
-            # Every tenant's lock up front, in one order: two transactions adding items of
-            # the same tenants cannot each hold a lock the other waits for.
-            for user in sorted({i.user_id for i in items}):
-                self._lock_tenant(user)
-            for item in items:
-                item_id, inserted = self._add_one(item, now)
-                ids.append(item_id)
-                if inserted:
-                    fresh.append((item, item_id))
-            embedder = self.embedder
-            if fresh and embedder is not None:
-                self._put_vectors([i.user_id for i, _ in fresh], [n for _, n in fresh],
-                                  embedder.encode([i.text for i, _ in fresh]), embedder.name)
-        return ids
+    def _lock_writers(self, user_ids: Sequence[str]) -> None:
+        """Every tenant's advisory lock up front, in the order given (sorted by
+        ``add_many``): two transactions adding items of the same tenants cannot each hold
+        a lock the other waits for."""
+        for user in user_ids:
+            self._lock_tenant(user)
 
     def duplicate_of(self, item: Item) -> str | None:
         """The id of the stored item ``add`` would merge ``item`` into, or None."""
