@@ -225,23 +225,20 @@ class Retriever:
     def _dense_channels(self, user_id: str, qa: QueryAnalysis, query_vec: np.ndarray,
                         allowed: set[Ref] | None, nodes: Sequence[str]
                         ) -> list[tuple[float, list[tuple[Ref, float]]]]:
-        """Cosine over all the tenant's vectors, and within each named speaker's turns."""
+        """Cosine over all the tenant's vectors, and within each named speaker's turns
+        (``Store.dense_refs``: NumPy over the cached matrix, or pgvector in PostgreSQL)."""
         w = self.weights
         name = self.embedder.name  # type: ignore[union-attr]
-        _, matrix = self.store.vectors(user_id, name)
-        if not len(matrix):
-            return []
-        ids = self.store.vector_refs(user_id, name)
+        dense = self.store.dense_refs
         out = []
         if w.dense:
-            out.append((w.dense, _top_cosine(ids, matrix, query_vec, w.pool, allowed, nodes)))
+            out.append((w.dense, dense(user_id, name, query_vec, w.pool, allowed=allowed,
+                                       nodes=nodes)))
         if w.speaker_channels and qa.speakers and "turn" in nodes:
-            speakers = self.store.vector_speakers(user_id, name)
             for person in qa.speakers:
-                out.append((w.speaker_channels, _top_cosine(
-                    ids, matrix, query_vec, w.pool, allowed, ("turn",),
-                    rows=np.flatnonzero(speakers == person),
-                )))
+                out.append((w.speaker_channels, dense(
+                    user_id, name, query_vec, w.pool, allowed=allowed, nodes=("turn",),
+                    speaker=person)))
         return out
 
     def _expansion_terms(self, user_id: str, qa: QueryAnalysis) -> list[str]:
@@ -391,32 +388,6 @@ def _fuse(rankings: list[tuple[float, list[tuple[Ref, float]]]], how: str, k: in
             # A channel whose hits all tie (one hit, or tags matched) gives each full weight.
             scores[node_id] += weight * (max(score - low, 0.0) / span if span > 0 else 1.0)
     return dict(scores)
-
-
-def _top_cosine(
-    ids: list[Ref | None], matrix: np.ndarray, query_vec: np.ndarray, k: int,
-    allowed: set[Ref] | None, nodes: Sequence[str], rows: np.ndarray | None = None,
-) -> list[tuple[Ref, float]]:
-    """(ref, cosine) of the ``k`` best rows of ``matrix`` (unit vectors) for ``query_vec``;
-    ``ids`` holds each row's ref (None: the node is gone).
-
-    ``rows`` restricts the candidates to those row indices; ``allowed`` and ``nodes``
-    filter the ranked list, which is widened until ``k`` survive or the rows run out.
-    """
-    rows = np.arange(len(ids)) if rows is None else rows
-    if not len(rows):
-        return []
-    sims = matrix[rows] @ query_vec if len(rows) < len(ids) else matrix @ query_vec
-
-    want = min(len(rows), k)
-    while True:
-        top = np.argpartition(-sims, want - 1)[:want]
-        top = top[np.argsort(-sims[top])]
-        out = [(ref, float(sims[i])) for i in top if (ref := ids[rows[i]]) is not None
-               and ref[0] in nodes and (allowed is None or ref in allowed)]
-        if len(out) >= k or want == len(rows):
-            return out[:k]
-        want = min(len(rows), want * 4)
 
 
 def _hit(node_id: str, score: float, row: dict[str, Any]) -> Hit:

@@ -2,7 +2,7 @@
 
 The trajectories package decides what a run records; this module only stores it. Every
 run carries its tenant; steps belong to a run and leave with it. JSON-valued fields are
-stored as text.
+stored as JSON (text on SQLite, ``jsonb`` on PostgreSQL).
 
 What is written here is redacted here (:func:`redact`), whoever the caller: run records,
 their steps and the event log are records of what happened, and a key or token never
@@ -13,33 +13,36 @@ and the event log is written from ``memory`` (the bank), ``tools`` (``event_log`
 
 ``Runs`` is a part of the store (reached only as ``store.runs``) whose SQL lives here, not
 in ``memory/store/``: most of this module is redaction and the record models, which are
-not the store's, and the class is kept beside them rather than split for this step. Its
-queries, all over ``runs``, ``run_steps`` and ``events`` and all filtered by tenant:
-``start`` (INSERT a run), ``finish`` and ``set_verdict`` (UPDATE a run), ``add_steps``
-(INSERT steps), ``get``, ``list`` (newest first; every tenant when exporting a whole
-database), ``steps`` (JOIN runs for the tenant), ``log_event`` (INSERT, the new id from
-``lastrowid``), ``events`` and ``prune`` (one SELECT of the candidates with a step count
-and whether a current item cites the run, then DELETE of steps and runs). Forgetting a
-tenant (``store/forget.py``) deletes its runs and steps too. SQLite-specific:
-``julianday`` for comparing stored times (PostgreSQL: ``timestamptz``), ``json_each`` over
-an item's evidence (PostgreSQL: ``jsonb_array_elements_text``), ``lastrowid`` (PostgreSQL:
-``RETURNING id``) and ``?`` placeholders.
+not the store's, and the class is kept beside them. Its queries, all over ``runs``,
+``run_steps`` and ``events`` and all filtered by tenant: ``start`` (INSERT a run),
+``finish`` and ``set_verdict`` (UPDATE a run), ``add_steps`` (INSERT steps), ``get``,
+``list`` (newest first; every tenant when exporting a whole database), ``steps`` (JOIN
+runs for the tenant), ``log_event`` (INSERT, returning the new id), ``events`` and
+``prune`` (one SELECT of the candidates with a step count and whether a current item
+cites the run, then DELETE of steps and runs). Forgetting a tenant (``store/forget.py``)
+deletes its runs and steps too.
+
+The SQL is written once, with ``?`` placeholders, and runs through the hooks of
+``StoreTables`` (``memory/store/blobs.py``: rows, row counts, JSON values in and out) and
+a few of its own (``_new_id``, ``_steps_owner``, ``_limit``) and class attributes
+(``STARTED_BEFORE``, ``CITED_IDS``): SQLite's here (``julianday`` for comparing stored
+times, ``json_each`` over an item's evidence, ``lastrowid``), PostgreSQL's in
+``memory/store/pg/aux.py``. Redaction happens here, before any hook, so both backends
+store the same redacted values.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from .models import UTCDateTime, as_utc, utcnow
-
-if TYPE_CHECKING:
-    from .store import Store
+from .store.blobs import StoreTables
 
 RunStatus = Literal["running", "ok", "error"]
 
@@ -186,52 +189,72 @@ def _redacted(row: dict[str, Any], fields: tuple[str, ...], env: list[str] | Non
     return {k: redact(v, env) if k in fields else v for k, v in row.items()}
 
 
-def _run(row: dict[str, Any]) -> RunRecord:
-    for name in _JSON_RUN_FIELDS:
-        row[name] = None if row[name] is None else json.loads(row[name])
-    for name, empty in (("config", {}), ("layers", []), ("db_state", {}), ("usage", {}),
-                        ("leakage", {})):
-        if row[name] is None:
-            row[name] = empty
-    return RunRecord.model_validate(row)
+class Runs(StoreTables):
+    """The run tables of one store (reach them as ``store.runs``; its SQL runs through
+    ``StoreTables``' hooks, see the module)."""
 
+    STARTED_BEFORE = "julianday(r.started_at) < julianday(?)"
+    """``prune``'s ``before`` rule. julianday: stored times end in "Z" (pydantic),
+    isoformat's in "+00:00"; as text they would compare wrongly within one second."""
+    CITED_IDS = ("SELECT e.value FROM items i, json_each(i.evidence) e"
+                 " WHERE i.user_id = ? AND i.valid_to IS NULL")
+    """The ids a tenant's current items cite as evidence (``prune``'s ``keep_evidence``)."""
+    STEP_COLUMNS = ("s.run_id, s.idx, s.kind, s.name, s.input, s.output, s.output_chars,"
+                    " s.data, s.ms, s.at")
+    """What ``steps`` reads of a step (a backend's table may hold more: its tenant)."""
 
-class Runs:
-    """The run tables of one store (reach them as ``store.runs``)."""
+    def _new_id(self, user_id: str, query: str, args: Sequence[Any]) -> int:
+        """Run one INSERT into a table with an integer key; the new row's key."""
+        return int(self.store.conn.execute(query, args).lastrowid or 0)
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def _steps_owner(self, run_id: str) -> str | None:
+        """The tenant column's value for a run's new steps (SQLite's steps have no tenant
+        column: they are scoped through their run)."""
+        return None
+
+    def _limit(self, limit: int) -> int | None:
+        """A ``LIMIT``'s argument (SQLite: as given, a negative one meaning no limit)."""
+        return limit
+
+    def _record(self, row: dict[str, Any]) -> RunRecord:
+        for name in _JSON_RUN_FIELDS:
+            row[name] = None if row[name] is None else self._parsed(row[name])
+        for name, empty in (("config", {}), ("layers", []), ("db_state", {}), ("usage", {}),
+                            ("leakage", {})):
+            if row[name] is None:
+                row[name] = empty
+        return RunRecord.model_validate(row)
 
     def start(self, run: RunRecord) -> None:
         """Insert a new run row (redacted)."""
         row = _redacted(run.model_dump(mode="json"), _RUN_CONTENT)
         for name in _JSON_RUN_FIELDS:
-            row[name] = json.dumps(row[name])
+            row[name] = self._json(row[name])
         cols = ", ".join(row)
         with self.store.transaction():
-            self.store.conn.execute(
-                f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * len(row))})",
-                list(row.values()))
+            self._change(run.user_id,
+                         f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * len(row))})",
+                         list(row.values()))
 
     def finish(self, run: RunRecord) -> None:
         """Write a run's outcome (output, verdict, usage, leakage, status, times), redacted."""
         data = _redacted(run.model_dump(mode="json"), _RUN_CONTENT)
         names = ("output", "verdict", "usage", "leakage", "status", "error", "finished_at",
                  "wall_s", "config", "layers")
-        values = [json.dumps(data[n]) if n in _JSON_RUN_FIELDS else data[n] for n in names]
+        values = [self._json(data[n]) if n in _JSON_RUN_FIELDS else data[n] for n in names]
         with self.store.transaction():
-            self.store.conn.execute(
-                f"UPDATE runs SET {', '.join(f'{n} = ?' for n in names)}"
-                " WHERE id = ? AND user_id = ?", [*values, run.id, run.user_id])
+            self._change(run.user_id,
+                         f"UPDATE runs SET {', '.join(f'{n} = ?' for n in names)}"
+                         " WHERE id = ? AND user_id = ?", [*values, run.id, run.user_id])
 
     def set_verdict(self, user_id: str, run_id: str, verdict: Any) -> bool:
         """Record a verdict reached after the run ended (a score against a gold answer, a
         later judge); True if the run exists for this tenant."""
         with self.store.transaction():
-            cur = self.store.conn.execute(
-                "UPDATE runs SET verdict = ? WHERE id = ? AND user_id = ?",
-                (json.dumps(redact(verdict)), run_id, user_id))
-        return cur.rowcount > 0
+            changed = self._change(user_id,
+                                   "UPDATE runs SET verdict = ? WHERE id = ? AND user_id = ?",
+                                   (self._json(redact(verdict)), run_id, user_id))
+        return changed > 0
 
     def add_steps(self, run_id: str, steps: list[StepRecord]) -> None:
         """Append steps to a run (their ``idx`` must be new for that run), redacted."""
@@ -242,53 +265,62 @@ class Runs:
         for step in steps:
             row = _redacted(step.model_dump(mode="json"), _STEP_CONTENT, env)
             row["run_id"] = run_id
-            row["data"] = json.dumps(row["data"])
+            row["data"] = self._json(row["data"])
             row["at"] = row["at"] or utcnow().isoformat()
             rows.append(row)
-        cols = list(rows[0])
         with self.store.transaction():
-            self.store.conn.executemany(
+            owner = self._steps_owner(run_id)
+            if owner is not None:
+                rows = [{"user_id": owner, **r} for r in rows]
+            cols = list(rows[0])
+            self._change_many(
+                owner,
                 f"INSERT INTO run_steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                 [[r[c] for c in cols] for r in rows])
 
     def get(self, user_id: str, run_id: str) -> RunRecord | None:
         """One run of this tenant, or None."""
-        rows = self.store._q("SELECT * FROM runs WHERE user_id = ? AND id = ?", (user_id, run_id))
-        return _run(rows[0]) if rows else None
+        rows = self._select(user_id, "SELECT * FROM runs WHERE user_id = ? AND id = ?",
+                            (user_id, run_id))
+        return self._record(rows[0]) if rows else None
 
     def list(self, user_id: str | None = None, limit: int = 50) -> list[RunRecord]:
         """The newest runs (of one tenant, or of all when exporting a whole database)."""
+        return [self._record(r) for r in self._newest(user_id, limit)]
+
+    def _newest(self, user_id: str | None, limit: int) -> list[dict[str, Any]]:
+        """The rows of :meth:`list`, newest first (ties by id)."""
         where, args = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
-        rows = self.store._q(f"SELECT * FROM runs {where} ORDER BY started_at DESC, id LIMIT ?",
-                             [*args, limit])
-        return [_run(r) for r in rows]
+        return self._select(
+            user_id, f"SELECT * FROM runs {where} ORDER BY started_at DESC, id LIMIT ?",
+            [*args, self._limit(limit)])
 
     def steps(self, user_id: str, run_id: str) -> list[StepRecord]:
         """A run's steps in order (empty if the run is not this tenant's)."""
-        rows = self.store._q(
-            "SELECT s.* FROM run_steps s JOIN runs r ON r.id = s.run_id"
-            " WHERE r.user_id = ? AND s.run_id = ? ORDER BY s.idx", (user_id, run_id))
+        rows = self._select(
+            user_id, f"SELECT {self.STEP_COLUMNS} FROM run_steps s JOIN runs r ON"
+            " r.id = s.run_id WHERE r.user_id = ? AND s.run_id = ? ORDER BY s.idx",
+            (user_id, run_id))
         for row in rows:
-            row["data"] = json.loads(row["data"])
+            row["data"] = self._parsed(row["data"])
         return [StepRecord.model_validate(r) for r in rows]
 
     def log_event(self, user_id: str, payload: Any, *, agent_id: str | None = None,
                   run_id: str | None = None) -> int:
         """Append one event (any JSON value, redacted) for a tenant; returns its id."""
         with self.store.transaction():
-            cur = self.store.conn.execute(
-                "INSERT INTO events (user_id, agent_id, run_id, payload, recorded_at)"
+            return self._new_id(
+                user_id, "INSERT INTO events (user_id, agent_id, run_id, payload, recorded_at)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (user_id, agent_id, run_id, json.dumps(redact(payload)), utcnow().isoformat()))
-        return int(cur.lastrowid or 0)
+                (user_id, agent_id, run_id, self._json(redact(payload)), utcnow().isoformat()))
 
     def events(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
         """A tenant's newest events."""
-        rows = self.store._q(
-            "SELECT id, agent_id, run_id, payload, recorded_at FROM events WHERE user_id = ?"
-            " ORDER BY id DESC LIMIT ?", (user_id, limit))
+        rows = self._select(
+            user_id, "SELECT id, agent_id, run_id, payload, recorded_at FROM events WHERE"
+            " user_id = ? ORDER BY id DESC LIMIT ?", (user_id, self._limit(limit)))
         for row in rows:
-            row["payload"] = json.loads(row["payload"])
+            row["payload"] = self._parsed(row["payload"])
         return rows
 
     def prune(self, user_id: str, *, before: datetime | None = None, keep: int | None = None,
@@ -313,9 +345,7 @@ class Runs:
         if before is not None:
             stamp = as_utc(before)
             assert stamp is not None  # as_utc keeps a datetime a datetime
-            # julianday: stored times end in "Z" (pydantic), isoformat's in "+00:00"; as
-            # text they would compare wrongly within one second.
-            rules.append("julianday(r.started_at) < julianday(?)")
+            rules.append(self.STARTED_BEFORE)
             args.append(stamp.isoformat())
         if keep is not None:
             rules.append("r.id NOT IN (SELECT id FROM runs WHERE user_id = ?"
@@ -323,11 +353,10 @@ class Runs:
             args += [user_id, keep]
         # Uncorrelated, so SQLite builds the set of cited ids once, not once per run.
         # (Evidence lists hold turn ids too; only run ids can match.)
-        cited, cited_args = ("r.id IN (SELECT e.value FROM items i, json_each(i.evidence) e"
-                             " WHERE i.user_id = ? AND i.valid_to IS NULL)", [user_id]) \
-            if keep_evidence else ("0", [])
-        rows = self.store._q(
-            f"SELECT r.id, r.status = 'running' AS running, {cited} AS cited,"
+        cited, cited_args = (f"r.id IN ({self.CITED_IDS})", [user_id]) \
+            if keep_evidence else ("1 = 0", [])
+        rows = self._select(
+            user_id, f"SELECT r.id, r.status = 'running' AS running, {cited} AS cited,"
             " (SELECT COUNT(*) FROM run_steps s WHERE s.run_id = r.id) AS steps"
             f" FROM runs r WHERE {' AND '.join(rules)}", [*cited_args, *args])
         gone = [r for r in rows if not r["running"] and not r["cited"]]
@@ -337,11 +366,11 @@ class Runs:
                              dry_run=dry_run)
         if dry_run or not gone:
             return report
-        ids = [(r["id"],) for r in gone]
+        ids = [(r["id"], user_id) for r in gone]
         with self.store.transaction():
             # Steps explicitly, not by the foreign key's cascade: a connection opened
             # elsewhere may have foreign keys off.
-            self.store.conn.executemany("DELETE FROM run_steps WHERE run_id = ?", ids)
-            self.store.conn.executemany(
-                "DELETE FROM runs WHERE id = ? AND user_id = ?", [(i, user_id) for (i,) in ids])
+            self._change_many(user_id, "DELETE FROM run_steps WHERE run_id IN"
+                              " (SELECT id FROM runs WHERE id = ? AND user_id = ?)", ids)
+            self._change_many(user_id, "DELETE FROM runs WHERE id = ? AND user_id = ?", ids)
         return report

@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 from memstrata.memory import Store
 
+# The PostgreSQL server and database fixtures (started only by a test that asks for one).
+from tests.pg_fixtures import make_database, pg_admin, pg_db_url, pg_server, pg_url  # noqa: F401
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 

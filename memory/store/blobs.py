@@ -5,17 +5,23 @@ tools hand an agent a ``BlobRef(key, n)``; the text itself stays here and only b
 slices of it ever leave.
 
 Part of the store (moved here from ``memory/blobs.py``, which re-exports its names):
-``store.blobs`` is a ``Blobs`` over the store's connection. Its queries: ``put`` (``INSERT
-OR REPLACE``: SQLite's upsert, PostgreSQL's ``ON CONFLICT (user_id, key) DO UPDATE``),
-``info``, ``text`` (memoised by ``_cached``), ``keys``, ``export`` (every blob of a tenant,
-for ``formats/dump.py``) and ``delete``; all but ``put`` are portable SQL with ``?``
-placeholders.
+``store.blobs`` is a ``Blobs`` over the store. Its queries: ``put`` (an upsert on
+``(user_id, key)``), ``info``, ``text`` (memoised on SQLite by ``_cached``), ``keys``,
+``export`` (every blob of a tenant, for ``formats/dump.py``) and ``delete``; every one
+filters by tenant.
+
+Also holds ``StoreTables``, the base of ``Blobs`` and ``Runs`` (``memory/runs.py``): their
+SQL is written once, with ``?`` placeholders, and runs through its few hooks (rows as
+dicts, a change's row count, a JSON column's value in and out). The hooks here are
+SQLite's; the PostgreSQL store's subclasses (``memory/store/pg/aux.py``) override them and
+the few statements whose syntax differs (class attributes such as ``UPSERT``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -42,11 +48,46 @@ def _lines(text: str) -> int:
     return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
-class Blobs:
-    """The ``blobs`` table of one store (reach it as ``store.blobs``)."""
+class StoreTables:
+    """Some tables of one store, reached through these hooks (SQLite's; see the module).
+
+    Every hook takes the tenant the statement is for (``None``: none, a lookup that spans
+    tenants); SQLite filters in the SQL alone and ignores it, PostgreSQL also sets its
+    row-level security tenant from it. Writes call the hooks inside ``store.transaction()``.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    def _select(self, user_id: str | None, query: str, args: Sequence[Any] = ()
+                ) -> list[dict[str, Any]]:
+        """The rows of a query, as dicts."""
+        return self.store._q(query, args)
+
+    def _change(self, user_id: str | None, query: str, args: Sequence[Any] = ()) -> int:
+        """Run one write; the rows it changed."""
+        return int(self.store.conn.execute(query, args).rowcount)
+
+    def _change_many(self, user_id: str | None, query: str, rows: Sequence[Sequence[Any]]
+                     ) -> None:
+        """Run one write for each of ``rows``."""
+        self.store.conn.executemany(query, rows)
+
+    def _json(self, value: Any) -> Any:
+        """A JSON column's value as written (SQLite: the JSON text)."""
+        return json.dumps(value)
+
+    def _parsed(self, stored: Any) -> Any:
+        """A JSON column's value as read back, parsed (SQLite: from its text)."""
+        return json.loads(stored)
+
+
+class Blobs(StoreTables):
+    """The ``blobs`` table of one store (reach it as ``store.blobs``)."""
+
+    UPSERT = ("INSERT OR REPLACE INTO blobs (user_id, key, text, chars, lines, sha256,"
+              " metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+    """Write one blob, replacing the tenant's blob under the same key."""
 
     def put(self, user_id: str, key: str, text: str, metadata: dict[str, Any] | None = None
             ) -> BlobInfo:
@@ -57,47 +98,48 @@ class Blobs:
                         sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
                         metadata=metadata or {}, recorded_at=utcnow())
         with self.store.transaction():
-            self.store.conn.execute(
-                "INSERT OR REPLACE INTO blobs (user_id, key, text, chars, lines, sha256, metadata,"
-                " recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (user_id, key, text, info.chars, info.lines, info.sha256,
-                 json.dumps(info.metadata), info.recorded_at.isoformat()),
-            )
+            self._change(user_id, self.UPSERT,
+                         (user_id, key, text, info.chars, info.lines, info.sha256,
+                          self._json(info.metadata), info.recorded_at.isoformat()))
         return info
 
     def info(self, user_id: str, key: str) -> BlobInfo | None:
         """The header of one blob of this tenant, or None."""
-        rows = self.store._q(
-            "SELECT user_id, key, chars, lines, sha256, metadata, recorded_at FROM blobs"
-            " WHERE user_id = ? AND key = ?", (user_id, key))
+        rows = self._select(
+            user_id, "SELECT user_id, key, chars, lines, sha256, metadata, recorded_at FROM"
+            " blobs WHERE user_id = ? AND key = ?", (user_id, key))
         if not rows:
             return None
         row = rows[0]
-        row["metadata"] = json.loads(row["metadata"])
+        row["metadata"] = self._parsed(row["metadata"])
         return BlobInfo.model_validate(row)
 
     def text(self, user_id: str, key: str) -> str | None:
         """The whole text of one blob of this tenant, or None (memoised until a write)."""
         def load() -> str | None:
-            row = self.store.conn.execute(
-                "SELECT text FROM blobs WHERE user_id = ? AND key = ?", (user_id, key)).fetchone()
-            return None if row is None else row[0]
-        return self.store._cached(("blob", user_id, key), load)
+            rows = self._select(user_id, "SELECT text FROM blobs WHERE user_id = ? AND key = ?",
+                                (user_id, key))
+            return None if not rows else rows[0]["text"]
+        return self._memo(("blob", user_id, key), load)
+
+    def _memo(self, key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
+        """``load()``, memoised under ``key`` until the data changes (the store's cache)."""
+        return self.store._cached(key, load)
 
     def keys(self, user_id: str) -> list[str]:
         """This tenant's blob keys, sorted."""
-        return [r[0] for r in self.store.conn.execute(
-            "SELECT key FROM blobs WHERE user_id = ? ORDER BY key", (user_id,))]
+        return [r["key"] for r in self._select(
+            user_id, "SELECT key FROM blobs WHERE user_id = ? ORDER BY key", (user_id,))]
 
     def export(self, user_id: str) -> list[dict[str, Any]]:
         """Every blob of this tenant as ``{key, text, metadata}``, sorted by key."""
-        return [{"key": k, "text": t, "metadata": json.loads(m)} for k, t, m in
-                self.store.conn.execute("SELECT key, text, metadata FROM blobs"
-                                        " WHERE user_id = ? ORDER BY key", (user_id,))]
+        return [{"key": r["key"], "text": r["text"], "metadata": self._parsed(r["metadata"])}
+                for r in self._select(user_id, "SELECT key, text, metadata FROM blobs"
+                                      " WHERE user_id = ? ORDER BY key", (user_id,))]
 
     def delete(self, user_id: str, key: str) -> bool:
         """Delete one blob; True if it existed."""
         with self.store.transaction():
-            cur = self.store.conn.execute(
-                "DELETE FROM blobs WHERE user_id = ? AND key = ?", (user_id, key))
-        return cur.rowcount > 0
+            changed = self._change(user_id, "DELETE FROM blobs WHERE user_id = ? AND key = ?",
+                                   (user_id, key))
+        return changed > 0

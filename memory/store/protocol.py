@@ -13,12 +13,13 @@ into the parts a backend brings in one piece:
   cognitive lifecycles; edges and the graph walk; a tenant's export rows, its kept
   versions restored, ``history``, ``forget_user``, ``counts``, ``owner``; transactions,
   ``close`` and the maintenance calls (``checkpoint``, ``vacuum``, ``state_pointer``).
-  The PostgreSQL backend (``memory/store/pg``) satisfies this part.
 - ``SearchStore``: what ``memory/retrieval.py`` and ``memory/expand.py`` read to search
-  (refs and facets, filters, the lexical channel, the tag channel, vectors, read
-  snapshots and the data version). PostgreSQL: the next milestone (issue 22).
+  (refs and facets, filters, the lexical channel, the tag channel, vectors and the dense
+  channel, read snapshots and the data version).
 - ``AuxStore``: ``blobs`` and ``runs`` (``tools/``, ``trajectories/``, ``bench/``).
-  PostgreSQL: the next milestone.
+
+The SQLite ``Store`` and the PostgreSQL ``PgStore`` (``memory/store/pg``) satisfy all
+three; ``opener.open_store`` picks one from a path or a URL.
 
 Not listed: ``Store.open`` (each backend opens its own way: a path or a URL) and the
 SQLite connection (``store.conn``: ``memory/runs.py`` and ``bench/memory_api.py``'s
@@ -27,7 +28,7 @@ integrity check only).
 Contracts are those of the SQLite methods of the same names (their docstrings); every
 method that takes ``user_id`` reads and writes that tenant's rows only. A backend that
 satisfies a part has every method of it with the same parameters (names, kinds and
-defaults): ``tests/memory/test_store_conformance.py`` checks that structurally for both
+defaults): ``tests/memory/store_conformance/`` checks that structurally for both
 backends, and runs the same behavioural tests over both.
 """
 
@@ -226,9 +227,9 @@ class SearchStore(Protocol):
 
     def vectors(self, user_id: str, model: str) -> tuple[list[str], np.ndarray]: ...
 
-    def vector_refs(self, user_id: str, model: str) -> list[Ref | None]: ...
-
-    def vector_speakers(self, user_id: str, model: str) -> np.ndarray: ...
+    def dense_refs(self, user_id: str, model: str, query_vec: np.ndarray, k: int, *,
+                   allowed: set[Ref] | None = None, nodes: Sequence[str] = ("turn", "item"),
+                   speaker: str | None = None) -> list[tuple[Ref, float]]: ...
 
 
 @runtime_checkable

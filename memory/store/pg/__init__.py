@@ -1,4 +1,4 @@
-"""The PostgreSQL backend (issue 22), first milestone: records, not search yet.
+"""The PostgreSQL backend: the whole backend interface over one PostgreSQL database.
 
 ``PgStore.open("postgresql://user:password@host/db")`` opens a store in a PostgreSQL
 database (psycopg 3, a ``psycopg_pool.ConnectionPool``), bringing its schema up to date
@@ -13,7 +13,18 @@ SQLite store's contracts, checked by the same conformance tests
   ``kind_max``, ``kind_sources``) with jsonb operators; edges and ``neighbors`` (a
   recursive CTE); a tenant's export rows and restored versions; ``forget_user``;
   ``counts``, ``owner``, ``state_pointer``; embeddings as float32 bytes
-  (``set_embeddings``, ``vectors``), written by every write path as on SQLite.
+  (``set_embeddings``, ``vectors``) and, with pgvector, as ``vector`` values, written by
+  every write path as on SQLite.
+- The ``AuxStore`` part (``aux.py``): ``blobs`` and ``runs`` (run records, steps, the
+  event log, ``prune``), the SQLite classes' own code and redaction over PostgreSQL hooks.
+- The lexical channel (``lexical.py``): FTS5's bm25 computed in SQL over posting tables
+  that every write path keeps in its transaction, with each tenant's own statistics.
+- The rest of the ``SearchStore`` part (``search.py``): refs, ids and facets, summary
+  rows, search filters, the tag channel (``items.tags`` jsonb, GIN-indexed), a tenant's
+  vectors (read into NumPy, cached in the process), the dense channel (``dense_refs``),
+  ``reading`` (a repeatable-read
+  snapshot) and ``data_version`` (moving with the database snapshot: every process's
+  commits).
 - Tenancy: every query filters by ``user_id``, and row-level security keyed on the tenant
   (``app.tenant``, set in every transaction) is the second wall, on by default: the
   store's queries run as a role RLS binds (``schema.py``, ``connection.py``).
@@ -21,12 +32,11 @@ SQLite store's contracts, checked by the same conformance tests
   duplicate check, a version's number, ``kind_max`` numbering) holds the tenant's
   advisory write lock to the end of its transaction (``connection.py``).
 
-Not in this milestone (the next one, issue 22): the lexical channel (bm25 over
-``tsvector`` or a bm25 formulation in SQL; ``lexical``, ``lexical_refs``, ``match_cost``,
-``index_rows``, ``texts_since``), the tag channel (``tag_vocabulary``, ``tagged``), the
-rest of the ``SearchStore`` part (refs and facets, filters, ``reading``,
-``data_version``, pgvector for dense search), blobs and run records (``AuxStore``), and
-the wiring: ``Memory.open("postgresql://...")`` and ``--db URL`` still refuse a URL.
+Opened by URL wherever a store is opened: ``Memory.open("postgresql://...")``, ``--db URL``
+on every command, ``memstrata migrate --db URL`` (``memory/store/opener.py``). Dense
+search (``dense_refs``) runs in the database with pgvector where the server has the
+extension (migration 6 adds ``embeddings.vec``; exact cosine, no ANN index); without it,
+it reads a tenant's vectors into NumPy, as on SQLite (exact cosine, cached per process).
 Needs the ``postgres`` extra (``pip install 'memstrata[postgres]'``): importing this
 package without it raises ``MissingExtraError`` naming it; nothing in the core imports it.
 
@@ -37,18 +47,21 @@ Example (with a server at ``URL``):
 
 from __future__ import annotations
 
+from .aux import PgAux
 from .connection import PgStoreError, redacted
 from .graph import PgEdges
 from .items import PgItems
+from .lexical import PgLexical
+from .search import PgSearch
 from .tenants import PgTenants
 
 __all__ = ["PARTS_SATISFIED", "PgStore", "PgStoreError", "redacted"]
 
-PARTS_SATISFIED = ("records",)
-"""The parts of ``memory.store.protocol.MemoryStore`` this backend satisfies so far."""
+PARTS_SATISFIED = ("records", "search", "aux")
+"""The parts of ``memory.store.protocol.MemoryStore`` this backend satisfies (all three)."""
 
 
-class PgStore(PgItems, PgEdges, PgTenants):
+class PgStore(PgSearch, PgLexical, PgItems, PgEdges, PgTenants, PgAux):
     """A store in one PostgreSQL database (schema), shared by threads and processes.
 
     Open with :meth:`open`. Writes outside :meth:`transaction` commit one by one; inside

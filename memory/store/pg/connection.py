@@ -18,7 +18,9 @@ Holds ``PgConnection`` (the base of every PostgreSQL store mixin) and ``PgStoreE
   number, ``kind_max`` numbering a new item. Here such a write takes
   ``pg_advisory_xact_lock`` keyed on its tenant (:meth:`_lock_tenant`), held to the end of
   the transaction: one tenant's read-then-write transactions run one at a time, different
-  tenants' in parallel. Plain upserts (turns, conversations, edges) take no lock.
+  tenants' in parallel. Turns take it too (re-indexing a turn reads its neighbours, and
+  the tenant's lexical totals row is updated by every indexed write); plain upserts of
+  conversations and edges take none.
 
 Opening checks reachability and authentication on one direct connection first: an
 unreachable server, a refused login or a bad URL is a ``PgStoreError`` naming the server
@@ -69,6 +71,8 @@ def redacted(url: str) -> str:
         return "(an invalid connection URL)"
     user, host = info.get("user") or "", info.get("host") or "localhost"
     port, db = info.get("port") or "5432", info.get("dbname") or ""
+    if host.startswith("/"):  # a Unix socket's folder: libpq's own URL form for it
+        return f"postgresql://{user + '@' if user else ''}/{db}?host={host}"
     return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
 
 
@@ -112,16 +116,7 @@ class PgConnection(EmbedderSetting):
             RuntimeError: the database was written by a newer memstrata.
         """
         where = redacted(url)
-        try:
-            direct = psycopg.connect(url, autocommit=True, connect_timeout=connect_timeout)
-        except psycopg.ProgrammingError as exc:  # not a URL or conninfo string
-            raise PgStoreError(where, f"not a valid connection URL ({_words(exc)})") from None
-        except psycopg.OperationalError as exc:
-            text = _words(exc)
-            what = ("the login was refused (check the user and password)"
-                    if "authentication" in text or ("role" in text and "does not exist" in text)
-                    else "the server cannot be reached")
-            raise PgStoreError(where, f"{what}: {text}") from None
+        direct = _connect(url, connect_timeout)
         try:
             with direct.transaction():  # all or nothing: a refusal below rolls it back
                 pgschema.migrate(direct)
@@ -170,12 +165,18 @@ class PgConnection(EmbedderSetting):
         if bound.conn is None:
             with self._pool.connection() as conn:
                 bound.conn, bound.tenant, bound.locked = conn, None, frozenset()
+                wrote = False
                 try:
                     with conn.transaction():
                         yield self
+                        # A transaction id is assigned at the first write only: a read
+                        # leaves the data version (and so every cached value) alone.
+                        wrote = conn.execute("SELECT pg_current_xact_id_if_assigned()"
+                                             " IS NOT NULL").fetchone()[0]
                 finally:
                     bound.conn, bound.tenant, bound.locked = None, None, frozenset()
-                    self._writes += 1
+                    if wrote:
+                        self._writes += 1
             return
         locked = bound.locked
         try:
@@ -257,16 +258,14 @@ class PgConnection(EmbedderSetting):
 
     def state_pointer(self, user_id: str) -> dict[str, Any]:
         """Where this tenant's data stood (as the SQLite store's: rows, highest rowid and
-        latest write time per table, digested). ``blobs`` reads 0 rows: this backend holds
-        no blobs yet."""
+        latest write time per table, digested)."""
         stamps = {"turns": ("rowid", "recorded_at"), "items": ("rowid", "updated_at"),
-                  "edges": ("id", "recorded_at")}
+                  "blobs": ("rowid", "recorded_at"), "edges": ("id", "recorded_at")}
         with self._tx():
             state = {t: list(self._rows(user_id, sql.SQL(
                 "SELECT count(*), max({}), max({}) FROM {} WHERE user_id = %s").format(
                     sql.Identifier(key), sql.Identifier(stamp), sql.Identifier(t)),
                 (user_id,))[0]) for t, (key, stamp) in stamps.items()}
-        state["blobs"] = [0, None, None]
         return {
             "path": self.path,
             "user_id": user_id,
@@ -275,6 +274,39 @@ class PgConnection(EmbedderSetting):
             "max_rowid": {t: c[1] or 0 for t, c in state.items()},
             "digest": hashlib.sha256(json.dumps(state).encode()).hexdigest()[:16],
         }
+
+
+def _connect(url: str, connect_timeout: int = 10) -> Any:
+    """One direct autocommit connection to ``url`` as the URL's role.
+
+    Raises:
+        PgStoreError: not a URL, the server cannot be reached, or the login is refused
+            (the message names the server without its password).
+    """
+    where = redacted(url)
+    try:
+        return psycopg.connect(url, autocommit=True, connect_timeout=connect_timeout)
+    except psycopg.ProgrammingError as exc:  # not a URL or conninfo string
+        raise PgStoreError(where, f"not a valid connection URL ({_words(exc)})") from None
+    except psycopg.OperationalError as exc:
+        text = _words(exc)
+        what = ("the login was refused (check the user and password)"
+                if "authentication" in text or ("role" in text and "does not exist" in text)
+                else "the server cannot be reached")
+        raise PgStoreError(where, f"{what}: {text}") from None
+
+
+def recorded_versions(url: str) -> list[int]:
+    """The migration versions recorded in the database at ``url`` (empty: none yet).
+    Reads as the URL's role; writes nothing.
+
+    Raises:
+        PgStoreError: see :func:`_connect`.
+    """
+    with _connect(url) as conn:
+        if conn.execute("SELECT to_regclass('schema_migrations')").fetchone()[0] is None:
+            return []
+        return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
 
 
 def _words(exc: BaseException) -> str:

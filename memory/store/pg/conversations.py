@@ -1,14 +1,17 @@
 """Conversations, sessions and turns on PostgreSQL, with the embeddings every write keeps.
 
 Holds ``PgConversations`` (the SQLite ``ConversationStore``'s methods, same contracts) and
-the embedding writes and reads (``set_embeddings``, ``vectors``: float32 bytes in a
-``bytea`` column, read back as a tenant's matrix, as on SQLite).
+the embedding writes (``set_embeddings``: float32 bytes in a ``bytea`` column, as on
+SQLite, which ``search.py`` reads back as a tenant's matrix, cached; where the database has
+pgvector's ``embeddings.vec`` (migration 6), the same values in it too, which
+``search.py``'s ``dense_refs`` ranks in SQL).
 
-Differences from SQLite: no full-text rows are written (the lexical channel is the next
-milestone: ``_index_turns`` has no counterpart yet); ``= ANY(%s)`` with one array in place
-of chunks of ``?``; ``LIMIT NULL`` for "no limit"; ``update_turn`` and ``delete_turn`` lock
-the turn's row (``FOR UPDATE``) where SQLite relies on its single writer, so a version's
-number and the read-then-write stay consistent under concurrent writers.
+Differences from SQLite: the lexical index rows are written by ``lexical.py``'s helpers
+(``_index_turns``, ``_unindex_turn``, ``_unindex_conversation``, under the tenant's write
+lock); ``= ANY(%s)`` with one array in place of chunks of ``?``; ``LIMIT NULL`` for "no
+limit"; ``update_turn`` and ``delete_turn`` lock the turn's row (``FOR UPDATE``) where
+SQLite relies on its single writer, so a version's number and the read-then-write stay
+consistent under concurrent writers.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class PgConversations(PgConnection, EmbeddingWrites):
         """Delete a conversation's turns (with their vectors, edges and versions), sessions
         and header. Items derived from it are kept. Returns the number of turns deleted."""
         with self.transaction():
+            self._unindex_conversation(user_id, conversation_id)  # type: ignore[attr-defined]
             ids = [r[0] for r in self._rows(
                 user_id, "DELETE FROM turns WHERE user_id = %s AND conversation_id = %s"
                 " RETURNING id", (user_id, conversation_id))]
@@ -113,6 +117,7 @@ class PgConversations(PgConnection, EmbeddingWrites):
                              t.turn_id, t.seq, t.speaker, t.text, _ts(t.event_time),
                              _ts(t.recorded_at) or now, Jsonb(t.metadata))
                             for i, t in zip(ids, turns, strict=True) if t.user_id == user])
+            self._index_turns(turns)  # type: ignore[attr-defined]
             if vectors is not None and embedder is not None:
                 self._put_vectors([t.user_id for t in turns], ids, vectors, embedder.name)
         return ids
@@ -180,6 +185,7 @@ class PgConversations(PgConnection, EmbeddingWrites):
                        rows[0]["updated_at"] or rows[0]["recorded_at"], _ts(now) or "")
             self._exec(user_id, "UPDATE turns SET text = %s, updated_at = %s WHERE rowid = %s",
                        (text, _ts(now), rows[0]["rowid"]))
+            self._index_turns([new])  # type: ignore[attr-defined]
             self._reembed([new, *self._next_turn(new)])
         return new
 
@@ -192,6 +198,7 @@ class PgConversations(PgConnection, EmbeddingWrites):
             if not rows:
                 return False
             self._forget_nodes(user_id, [turn_id])
+            self._unindex_turn(self._turn(rows[0]), rows[0]["rowid"])  # type: ignore[attr-defined]
             self._reembed(self._next_turn(self._turn(rows[0])))
         return True
 
@@ -248,11 +255,37 @@ class PgConversations(PgConnection, EmbeddingWrites):
             )
 
     # embeddings
+    _vec: bool | None = None  # see _vec_column
+
+    def _vec_column(self) -> bool:
+        """Whether vectors are ranked in SQL: ``embeddings.vec`` exists (migration 6, where
+        the server has pgvector) and is of the ``vector`` type the store's role resolves.
+
+        Read once per store, at its first vector write or dense search (one catalog query).
+        """
+        if self._vec is None:
+            self._vec = bool(self._rows(
+                None, "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid ="
+                " to_regclass('embeddings') AND attname = 'vec' AND NOT attisdropped"
+                " AND atttypid = to_regtype('vector'))")[0][0])
+        return self._vec
+
     def _put_vectors(self, users: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
                      model: str) -> None:
-        """Write one vector per node (replacing old ones); ``users`` is each node's tenant."""
+        """Write one vector per node (replacing old ones); ``users`` is each node's tenant.
+
+        The float32 bytes always; with pgvector, the same values in ``vec`` too."""
         vectors = np.asarray(vectors, dtype=np.float32)
         rows = list(zip(users, ids, vectors, strict=True))
+        if self._vec_column():
+            for user in dict.fromkeys(users):
+                self._many(user, "INSERT INTO embeddings (node_id, model, user_id, dim, vector,"
+                           " vec) VALUES (%s,%s,%s,%s,%s,%s::vector) ON CONFLICT (node_id, model)"
+                           " DO UPDATE SET user_id = excluded.user_id, dim = excluded.dim,"
+                           " vector = excluded.vector, vec = excluded.vec",
+                           [(i, model, u, vectors.shape[1], v.tobytes(), vector_text(v))
+                            for u, i, v in rows if u == user])
+            return
         for user in dict.fromkeys(users):
             self._many(user, "INSERT INTO embeddings (node_id, model, user_id, dim, vector)"
                        " VALUES (%s,%s,%s,%s,%s) ON CONFLICT (node_id, model) DO UPDATE SET"
@@ -260,17 +293,6 @@ class PgConversations(PgConnection, EmbeddingWrites):
                        " vector = excluded.vector",
                        [(i, model, u, vectors.shape[1], v.tobytes())
                         for u, i, v in rows if u == user])
-
-    def vectors(self, user_id: str, model: str) -> tuple[list[str], np.ndarray]:
-        """All of a tenant's vectors for ``model`` as (node ids, float32 matrix), in no set
-        order (not cached: the next milestone moves dense search into pgvector)."""
-        rows = self._rows(user_id, "SELECT node_id, dim, vector FROM embeddings WHERE"
-                          " user_id = %s AND model = %s", (user_id, model))
-        if not rows:
-            return [], np.zeros((0, 0), dtype=np.float32)
-        with stored_value("a stored vector"):
-            matrix = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float32)
-            return [r[0] for r in rows], matrix.reshape(len(rows), rows[0][1])
 
     def _keep(self, user_id: str, node_id: str, node: dict[str, Any],
               recorded_at: str | None, now: str) -> None:
@@ -283,3 +305,13 @@ class PgConversations(PgConnection, EmbeddingWrites):
                    " recorded_at, valid_to) VALUES (%s,%s,%s,%s,%s,%s,%s)",
                    (user_id, node_id, count + 1, "ADD" if count == 0 else "UPDATE",
                     Jsonb(node), recorded_at or now, now))
+
+
+def vector_text(vector: np.ndarray) -> str | None:
+    """One vector as pgvector's text form, ``'[x,y,...]'``, each float32 value exactly; None
+    where pgvector cannot hold it (a value not finite, no dimension or over 16,000)."""
+    values = np.asarray(vector, dtype=np.float32)
+    if not 0 < values.size <= 16_000 or not np.isfinite(values).all():
+        return None
+    # repr of a float32 widened to a Python float: pgvector's strtof reads back the same value.
+    return "[" + ",".join(map(repr, values.tolist())) + "]"

@@ -19,7 +19,8 @@ default is the other way round). A field compared with a value of a type it does
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -103,6 +104,95 @@ class PgItems(PgConversations, ItemWrites):
                           " AND content_hash = %s", (item.user_id, item.kind, content_hash(item)))
         return rows[0][0] if rows else None
 
+    def add_many(self, items: Iterable[Item]) -> list[str]:
+        """Store several items in one transaction; returns their ids in order (the SQLite
+        store's contract: exact duplicates, stored or earlier in ``items``, merge).
+
+        Set-based, where the SQLite store goes item by item: one query finds the stored
+        duplicates of the whole batch, one ``INSERT ... SELECT FROM unnest`` writes the new
+        rows, one statement a tenant indexes them. Each statement is a round trip to the
+        server, and a per-item loop cost about six of them an item. Merges (rare) go
+        through ``_add_one`` after the inserts, in input order, as on SQLite.
+        """
+        items = list(items)
+        if not items:
+            return []
+        now = utcnow()
+        digests = [content_hash(i) for i in items]
+        ids: list[str] = [""] * len(items)
+        with self.transaction():
+            self._lock_writers(sorted({i.user_id for i in items}))
+            stored = self._stored_duplicates(items, digests)
+            first: set[tuple[str, str, str]] = set()
+            new: list[tuple[Item, str, str]] = []  # (item, id, digest)
+            merges: list[int] = []
+            for n, (item, digest) in enumerate(zip(items, digests, strict=True)):
+                key = (item.user_id, item.kind, digest)
+                if key in stored or key in first:
+                    merges.append(n)
+                    continue
+                first.add(key)
+                ids[n] = item.id or _new_id(ITEM_PREFIX)
+                new.append((item, ids[n], digest))
+            rowids = self._insert_items(new, now)
+            by_user: dict[str, list[tuple[int, list[str], list[str]]]] = {}
+            for item, item_id, _ in new:
+                by_user.setdefault(item.user_id, []).append(
+                    (rowids[item_id], self._item_tokens(item), []))  # type: ignore[attr-defined]
+            for user, docs in by_user.items():
+                self._write(user, "item", docs)  # type: ignore[attr-defined]
+            for n in merges:
+                ids[n] = self._add_one(items[n], now)[0]
+            embedder = self.embedder
+            if new and embedder is not None:
+                self._put_vectors([i.user_id for i, _, _ in new], [n for _, n, _ in new],
+                                  embedder.encode([i.text for i, _, _ in new]), embedder.name)
+        return ids
+
+    def _stored_duplicates(self, items: Sequence[Item], digests: Sequence[str]
+                           ) -> set[tuple[str, str, str]]:
+        """(tenant, kind, content hash) of the stored rows ``items`` would merge into."""
+        found: set[tuple[str, str, str]] = set()
+        for user in sorted({i.user_id for i in items}):
+            mine = [(i.kind, d) for i, d in zip(items, digests, strict=True)
+                    if i.user_id == user]
+            rows = self._rows(
+                user, "SELECT i.kind, i.content_hash FROM items i JOIN unnest(%s::text[],"
+                " %s::text[]) AS x(kind, digest) ON i.kind = x.kind AND i.content_hash ="
+                " x.digest WHERE i.user_id = %s",
+                ([k for k, _ in mine], [d for _, d in mine], user))
+            found.update((user, kind, digest) for kind, digest in rows)
+        return found
+
+    def _insert_items(self, new: Sequence[tuple[Item, str, str]], now: datetime
+                      ) -> dict[str, int]:
+        """Insert new rows (item, id, content hash), one statement a tenant: id -> rowid."""
+        out: dict[str, int] = {}
+        for user in sorted({i.user_id for i, _, _ in new}):
+            mine = [(i, n, d) for i, n, d in new if i.user_id == user]
+            columns = list(zip(*[
+                (n, i.agent_id, i.kind, i.text, i.title, json.dumps(i.tags), i.confidence,
+                 i.source, i.speaker, i.about, i.conversation_id, json.dumps(i.evidence),
+                 _ts(i.event_time), _ts(i.valid_to), _ts(i.recorded_at or now), _ts(now), d,
+                 json.dumps(i.data())) for i, n, d in mine], strict=True))
+            rows = self._rows(
+                user,
+                "INSERT INTO items (id, user_id, agent_id, kind, text, title, tags, confidence,"
+                " source, speaker, about, conversation_id, evidence, event_time, valid_to,"
+                " recorded_at, updated_at, content_hash, data)"
+                " SELECT id, %s, agent_id, kind, text, title, tags::jsonb, confidence, source,"
+                " speaker, about, conversation_id, evidence::jsonb, event_time, valid_to,"
+                " recorded_at, updated_at, content_hash, data::jsonb FROM unnest("
+                "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+                " %s::float8[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+                " %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
+                " AS x(id, agent_id, kind, text, title, tags, confidence, source, speaker,"
+                " about, conversation_id, evidence, event_time, valid_to, recorded_at,"
+                " updated_at, content_hash, data) RETURNING id, rowid",
+                (user, *map(list, columns)))
+            out.update((item_id, rowid) for item_id, rowid in rows)
+        return out
+
     def _add_one(self, item: Item, now: datetime) -> tuple[str, bool]:
         """Insert ``item`` or merge it into its exact duplicate: (id, whether inserted).
         Call under the tenant's write lock."""
@@ -129,6 +219,7 @@ class PgItems(PgConversations, ItemWrites):
              item.conversation_id, Jsonb(item.evidence), _ts(item.event_time),
              _ts(item.valid_to), _ts(item.recorded_at or now), _ts(now), digest,
              Jsonb(item.data())))
+        self._index_item(item_id, item)  # type: ignore[attr-defined]
         return item_id, True
 
     def get(self, user_id: str, item_id: str) -> Item | None:
@@ -232,6 +323,7 @@ class PgItems(PgConversations, ItemWrites):
                  new.speaker, new.about, new.conversation_id, Jsonb(new.evidence),
                  _ts(new.event_time), _ts(new.valid_to), _ts(new.updated_at),
                  content_hash(new), Jsonb(new.data()), rows[0]["rowid"]))
+            self._reindex_item(rows[0]["rowid"], current, new)  # type: ignore[attr-defined]
             if new.text != current.text:
                 self._exec(user_id, "DELETE FROM embeddings WHERE user_id = %s AND"
                            " node_id = %s", (user_id, item_id))
@@ -244,6 +336,7 @@ class PgItems(PgConversations, ItemWrites):
     def delete(self, user_id: str, item_id: str) -> bool:
         """Delete an item, its embeddings, edges and versions. True if it existed."""
         with self.transaction():
+            self._unindex_item(user_id, item_id)  # type: ignore[attr-defined]
             if not self._exec(user_id, "DELETE FROM items WHERE user_id = %s AND id = %s",
                               (user_id, item_id)):
                 return False

@@ -30,10 +30,21 @@ role (``memstrata_app`` unless ``open`` is told otherwise: NOLOGIN, no BYPASSRLS
 DML on these tables only, reached by ``SET ROLE`` on each pooled connection), and each
 transaction sets ``app.tenant`` (``SET LOCAL`` semantics). A query without the setting sees
 no row and can write none. The tables are not ``FORCE``d: the owner (the role in the URL,
-which runs the migrations) keeps full access for operations, and two ``SECURITY DEFINER``
-functions owned by it answer the two questions that span tenants and return no content:
+which runs the migrations) keeps full access for operations, and ``SECURITY DEFINER``
+functions owned by it answer the questions that span tenants and return no content:
 ``memstrata_owner(id)`` (the tenant of an id: ``owner``, used by imports to refuse ids
-that exist elsewhere) and ``memstrata_counts()`` (row counts of all tenants: ``counts()``).
+that exist elsewhere), ``memstrata_counts()`` (row counts of all tenants: ``counts()``),
+``memstrata_index_rows(node)`` (rows in the lexical index: ``index_rows``),
+``memstrata_run_owner(run)`` (the tenant of a run id: ``runs.add_steps``) and
+``memstrata_run_tenants()`` (the tenants with runs: ``runs.list()`` over all tenants).
+
+pgvector (migration 6): where the server offers the ``vector`` extension and the URL's role
+may create it, the migration creates it and adds ``embeddings.vec`` (a ``vector`` beside the
+float32 ``bytea``), and dense search runs in SQL. pgvector is not a trusted extension: only
+a superuser (or, on a managed server, its admin role) can create it, so there an admin runs
+``CREATE EXTENSION vector`` in the database before memstrata first opens it. Without the
+extension the migration changes nothing and dense search ranks the vectors in NumPy; a
+database migrated so keeps doing that (the column is added by migration 6 only).
 
 Migrations run on one direct connection as the URL's role, each in its own transaction
 with its row in ``schema_migrations``, under a transaction-level advisory lock, so two
@@ -55,9 +66,30 @@ T = 'text COLLATE "C"'
 
 MIGRATION_LOCK = 0x6D656D73  # 'mems': the advisory lock key migrations run under
 
-TENANT_TABLES = ("conversations", "sessions", "turns", "items", "edges", "embeddings",
-                 "versions")
-"""Every table with a ``user_id`` column (RLS on each; ``forget_user`` empties each)."""
+_RECORD_TABLES = ("conversations", "sessions", "turns", "items", "edges", "embeddings",
+                  "versions")
+"""The tenant tables of migrations 1-2 (frozen: a recorded migration never changes)."""
+
+TENANT_TABLES: tuple[str, ...] = _RECORD_TABLES
+"""Every table with a ``user_id`` column (RLS on each; ``forget_user`` empties each; the
+app role is granted DML on each). A migration that adds one extends this tuple below it
+and enables RLS with :func:`rls` in its own DDL."""
+TENANT_TABLES += ("blobs", "runs", "run_steps", "events")
+TENANT_TABLES += ("lexical_rows", "lexical_postings", "lexical_totals")
+
+
+def rls(tables: tuple[str, ...]) -> str:
+    """DDL enabling row-level security keyed on ``app.tenant`` on ``tables``.
+
+    A policy for every role (PUBLIC): the app role is bound by it, the owner is not (the
+    tables are not FORCEd). ``current_setting(..., true)``: NULL when never set."""
+    return "".join(f"""
+        ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY tenant ON {table}
+            USING (user_id = current_setting('app.tenant', true))
+            WITH CHECK (user_id = current_setting('app.tenant', true));
+        """ for table in tables)
+
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
@@ -166,15 +198,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (
         2,
         "row-level security and the cross-tenant functions",
-        # A policy for every role (PUBLIC): the app role is bound by it, the owner is not
-        # (the tables are not FORCEd). current_setting(..., true): NULL when never set.
-        "".join(
-            f"""
-        ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
-        CREATE POLICY tenant ON {table}
-            USING (user_id = current_setting('app.tenant', true))
-            WITH CHECK (user_id = current_setting('app.tenant', true));
-        """ for table in TENANT_TABLES)
+        rls(_RECORD_TABLES)
         + """
         CREATE FUNCTION memstrata_owner(node text) RETURNS text
             LANGUAGE sql STABLE SECURITY DEFINER
@@ -188,6 +212,199 @@ MIGRATIONS: list[tuple[int, str, str]] = [
                   UNION ALL SELECT 'items', count(*) FROM items
                   UNION ALL SELECT 'edges', count(*) FROM edges
                   UNION ALL SELECT 'embeddings', count(*) FROM embeddings $$
+        """,
+    ),
+    (
+        3,
+        "the tag channel's index on items.tags",
+        # The tag channel (memory/store/pg/search.py) finds a tag's items with `tags ?|`
+        # on the jsonb column itself, so item writes stay untouched (SQLite keeps a side
+        # table, item_tags, that its write paths maintain).
+        "CREATE INDEX items_tags ON items USING gin (tags)",
+    ),
+    (
+        4,
+        "the lexical index: postings, row lengths and per-tenant totals",
+        # bm25 in SQL (memory/store/pg/lexical.py). A term's postings for a tenant are one
+        # range of the primary key, which covers the counts and the row's length (kept on
+        # every posting: scoring reads no other table); lexical_postings_row finds a row's.
+        # node is 'turn' or 'item'; row_id the rowid of turns or items.
+        f"""
+        CREATE TABLE lexical_rows (
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            node {T} NOT NULL,
+            row_id bigint NOT NULL,
+            length integer NOT NULL,
+            PRIMARY KEY (user_id, node, row_id)
+        );
+        CREATE TABLE lexical_postings (
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            node {T} NOT NULL,
+            term {T} NOT NULL,
+            row_id bigint NOT NULL,
+            body_tf integer NOT NULL,
+            context_tf integer NOT NULL,
+            length integer NOT NULL,
+            PRIMARY KEY (user_id, node, term, row_id) INCLUDE (body_tf, context_tf, length)
+        );
+        CREATE INDEX lexical_postings_row ON lexical_postings (user_id, node, row_id);
+        CREATE TABLE lexical_totals (
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            node {T} NOT NULL,
+            rows bigint NOT NULL,
+            tokens bigint NOT NULL,
+            PRIMARY KEY (user_id, node)
+        );
+        CREATE INDEX turns_tenant_rowid ON turns (user_id, rowid);
+        CREATE INDEX items_tenant_rowid ON items (user_id, rowid);
+        """
+        + rls(("lexical_rows", "lexical_postings", "lexical_totals"))
+        # index_rows(): the rows of every tenant's index, a count only.
+        + """
+        CREATE FUNCTION memstrata_index_rows(which text) RETURNS bigint
+            LANGUAGE sql STABLE SECURITY DEFINER
+            AS $$ SELECT coalesce(sum(rows), 0)::bigint FROM lexical_totals WHERE node = $1 $$;
+        DO $$ BEGIN
+            EXECUTE format('ALTER FUNCTION memstrata_index_rows(text)'
+                           || ' SET search_path = %I, pg_temp', current_schema());
+        END $$
+        """,
+    ),
+    (
+        5,
+        "blobs, runs, run steps, events",
+        # As SQLite's (memory/schema.py) but: run_steps carries its run's tenant (RLS needs
+        # a user_id; the foreign key on (user_id, run_id) keeps it the run's), JSON columns
+        # are jsonb, integers bigint (SQLite's are 64-bit), blobs and events number their
+        # rows with an identity (SQLite's rowid; events.id is the id log_event returns), and
+        # events are indexed by (user_id, id), the order events() reads them in.
+        f"""
+        CREATE TABLE blobs (
+            rowid bigint GENERATED ALWAYS AS IDENTITY,
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            key {T} NOT NULL,
+            text {T} NOT NULL,
+            chars bigint NOT NULL,
+            lines bigint NOT NULL,
+            sha256 {T} NOT NULL,
+            metadata jsonb NOT NULL DEFAULT '{{}}',
+            recorded_at {T} NOT NULL,
+            PRIMARY KEY (user_id, key)
+        );
+        CREATE TABLE runs (
+            id {T} PRIMARY KEY,
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            agent_id {T},
+            program {T} NOT NULL,
+            task {T} NOT NULL DEFAULT '',
+            config jsonb NOT NULL DEFAULT '{{}}',
+            layers jsonb NOT NULL DEFAULT '[]',
+            git_commit {T},
+            db_state jsonb NOT NULL DEFAULT '{{}}',
+            output jsonb,
+            verdict jsonb,
+            usage jsonb NOT NULL DEFAULT '{{}}',
+            leakage jsonb NOT NULL DEFAULT '{{}}',
+            status {T} NOT NULL DEFAULT 'running',
+            error {T},
+            started_at {T} NOT NULL,
+            finished_at {T},
+            wall_s double precision,
+            UNIQUE (user_id, id)
+        );
+        CREATE INDEX runs_tenant ON runs (user_id, started_at);
+        CREATE TABLE run_steps (
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            run_id {T} NOT NULL,
+            idx bigint NOT NULL,
+            kind {T} NOT NULL,
+            name {T} NOT NULL DEFAULT '',
+            input {T} NOT NULL DEFAULT '',
+            output {T} NOT NULL DEFAULT '',
+            output_chars bigint NOT NULL DEFAULT 0,
+            data jsonb NOT NULL DEFAULT '{{}}',
+            ms double precision,
+            at {T} NOT NULL,
+            PRIMARY KEY (run_id, idx),
+            FOREIGN KEY (user_id, run_id) REFERENCES runs (user_id, id) ON DELETE CASCADE
+        );
+        CREATE TABLE events (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            agent_id {T},
+            run_id {T},
+            payload jsonb NOT NULL,
+            recorded_at {T} NOT NULL
+        );
+        CREATE INDEX events_tenant ON events (user_id, id);
+        """
+        + rls(("blobs", "runs", "run_steps", "events"))
+        # Two lookups that span tenants and return no content (memory/store/pg/aux.py): a
+        # run's tenant (add_steps takes a run id alone) and the tenants with runs
+        # (runs.list() of every tenant). Their search path pinned as migrate pins the others.
+        + """
+        CREATE FUNCTION memstrata_run_owner(run text) RETURNS text
+            LANGUAGE sql STABLE SECURITY DEFINER
+            AS $$ SELECT user_id FROM runs WHERE id = run $$;
+        CREATE FUNCTION memstrata_run_tenants() RETURNS SETOF text
+            LANGUAGE sql STABLE SECURITY DEFINER
+            AS $$ SELECT DISTINCT user_id FROM runs ORDER BY 1 $$;
+        DO $$ BEGIN
+            EXECUTE format('ALTER FUNCTION memstrata_run_owner(text) SET search_path = %I, pg_temp',
+                           current_schema());
+            EXECUTE format('ALTER FUNCTION memstrata_run_tenants() SET search_path = %I, pg_temp',
+                           current_schema());
+        END $$
+        """,
+    ),
+    (
+        6,
+        "pgvector: embeddings.vec, where the server offers the extension",
+        # Dense search in SQL (memory/store/pg/search.py). Creating the extension needs a
+        # superuser or an admin (pgvector is not trusted); without it, or on a server
+        # that lacks pgvector, nothing changes and the store ranks vectors in NumPy. The
+        # bytea column stays the vectors' record (vectors() reads it); vec is filled here
+        # from it, decoding each little-endian float32 in SQL (sign, exponent, mantissa:
+        # exact), and written beside it from now on. Non-finite values stay NULL (pgvector
+        # refuses them). No ANN index: a tenant's rows are ranked exactly.
+        """
+        DO $$
+        DECLARE
+            home text;
+        BEGIN
+            BEGIN
+                CREATE EXTENSION IF NOT EXISTS vector;
+            EXCEPTION
+                WHEN insufficient_privilege OR feature_not_supported OR undefined_file
+                     OR undefined_object THEN
+                    RAISE NOTICE 'pgvector not created (%): dense search runs in NumPy',
+                        SQLERRM;
+            END;
+            SELECT n.nspname INTO home FROM pg_extension x
+                JOIN pg_namespace n ON n.oid = x.extnamespace WHERE x.extname = 'vector';
+            IF home IS NULL THEN
+                RETURN;
+            END IF;
+            EXECUTE format('ALTER TABLE embeddings ADD COLUMN vec %I.vector', home);
+            EXECUTE format('
+                UPDATE embeddings e SET vec = (
+                    SELECT CAST(array_agg(
+                        CASE WHEN f.ex = 0 THEN f.m * power(2::float8, -149)
+                             ELSE (f.m + 8388608) * power(2::float8, f.ex - 150) END
+                        * (1 - 2 * f.s) ORDER BY f.i)::real[] AS %I.vector)
+                    FROM (SELECT b.i, b.bits >> 31 AS s, (b.bits >> 23) & 255 AS ex,
+                                 b.bits & 8388607 AS m
+                          FROM (SELECT i, get_byte(e.vector, 4 * i)::bigint
+                                      | (get_byte(e.vector, 4 * i + 1)::bigint << 8)
+                                      | (get_byte(e.vector, 4 * i + 2)::bigint << 16)
+                                      | (get_byte(e.vector, 4 * i + 3)::bigint << 24) AS bits
+                                FROM generate_series(0, e.dim - 1) AS i) b) f)
+                WHERE e.dim BETWEEN 1 AND 16000 AND length(e.vector) = 4 * e.dim
+                  AND NOT EXISTS (
+                      SELECT 1 FROM generate_series(0, e.dim - 1) AS i
+                      WHERE get_byte(e.vector, 4 * i + 3) & 127 = 127
+                        AND get_byte(e.vector, 4 * i + 2) & 128 = 128)', home);
+        END $$
         """,
     ),
 ]
