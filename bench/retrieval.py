@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memstrata.memory import Embedder, Retriever, SearchWeights, Store
+from memstrata.memory.store.opener import describe, is_url, open_store
 from tqdm import tqdm
 
 from .baselines import TOKENIZERS, BM25Index
@@ -109,6 +110,63 @@ def _rankers(store: Store, convs: list[LoCoMoConversation], embedder: Embedder |
     return rankers
 
 
+def _score(rankers: Mapping[str, Ranker], questions: Sequence[Question], progress: bool
+           ) -> dict[str, Any]:
+    """Each ranker's recall (original and corrected evidence) and latency over ``questions``."""
+    results: dict[str, Any] = {}
+    for name, rank in rankers.items():
+        rank(questions[0]) if questions else None  # warm caches outside the timings
+        per_q, lat = [], []
+        for q in tqdm(questions, desc=name, unit="q", disable=not progress):
+            started = time.perf_counter()
+            ranked = rank(q)
+            lat.append((time.perf_counter() - started) * 1000)
+            per_q.append((q, ranked))
+        results[name] = {
+            **_summarise(per_q, corrected=False),
+            "latency_ms": percentiles(lat),
+            "corrected": _summarise(per_q, corrected=True),
+        }
+    return results
+
+
+def _on_postgres(url: str, convs: list[LoCoMoConversation], questions: Sequence[Question],
+                 embedder: Embedder | None, weights: SearchWeights | None, progress: bool
+                 ) -> dict[str, Any]:
+    """The same conversations loaded into the PostgreSQL database at ``url`` and searched
+    by memstrata's hybrid (and dense alone, with an embedder): systems
+    ``memstrata@postgres`` (``dense@postgres``), plus ``ingest`` (seconds, turns a second).
+
+    Raises:
+        ValueError: the database already holds one of these conversations' tenants (a
+            score on mixed data would mean nothing); nothing is written then.
+    """
+    store = open_store(url, embedder=embedder)
+    try:
+        held = [c.sample_id for c in convs if store.counts(c.sample_id)["turns"]]
+        if held:
+            raise ValueError(f"--db {describe(url)} already holds conversation {held[0]}: "
+                             "give an empty database")
+        total = sum(c.turn_count for c in convs)
+        with tqdm(total=total, desc="ingest postgres", unit="turn",
+                  disable=not progress) as bar:
+            started = time.perf_counter()
+            load_locomo(store, convs, embedder=embedder, progress=bar.update)
+            seconds = time.perf_counter() - started
+        systems = {"memstrata@postgres": weights}
+        if embedder is not None:
+            systems["dense@postgres"] = DENSE_ONLY
+        rankers: dict[str, Ranker] = {
+            name: (lambda r: lambda q: _ranked_turns(r, q))(Retriever(store, embedder, knobs))
+            for name, knobs in systems.items()}
+        out = _score(rankers, questions, progress)
+        out["ingest"] = {"database": describe(url), "seconds": round(seconds, 3),
+                         "turns_per_s": round(total / max(seconds, 1e-9), 1)}
+        return out
+    finally:
+        store.close()
+
+
 def _embed_all(store: Store, convs: list[LoCoMoConversation], encoder: Embedder,
                progress: bool) -> dict[str, Any]:
     """Store ``encoder``'s vectors for every turn beside the default's; its encode rate."""
@@ -172,7 +230,11 @@ def run_retrieval_bench(
         audit: the audit corrections file (optional; without it "corrected" = original).
         embedder: enables the dense channel and the ``dense`` system.
         weights: fusion knobs for memstrata's hybrid.
-        db_path: where to build the store (a temporary file by default).
+        db_path: where to build the store (a temporary file by default). A PostgreSQL
+            URL (an empty database) builds the SQLite store in a temporary file as usual
+            and the same store in that database, and adds ``memstrata@postgres`` (and
+            ``dense@postgres`` with an embedder) scored on the same questions in this run,
+            with the database's ingest time under ``ingest.postgres``.
         limit: score only the first N eligible questions per conversation (quick runs).
         cv: also cross-validate memstrata's knobs, leaving one conversation out at a time
             (see ``retrieval_cv``); adds ``systems.memstrata.cv``.
@@ -204,7 +266,8 @@ def run_retrieval_bench(
                   if q.category in CATEGORIES and (q.evidence or q.corrected_evidence)][:limit]
     ]
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(db_path or Path(tmp) / "bench.db")
+        url = db_path if db_path is not None and is_url(db_path) else None
+        store = Store.open(Path(tmp) / "bench.db" if url or db_path is None else db_path)
         turns_total = sum(c.turn_count for c in convs)
         ingest: dict[str, Any] = {"turns": turns_total}
         with tqdm(total=turns_total, desc="ingest", unit="turn", disable=not progress) as bar:
@@ -234,20 +297,7 @@ def run_retrieval_bench(
                                           depth=rerank_depth)
             rankers["memstrata+rerank"] = (lambda r: lambda q: _ranked_turns(r, q))(reranker)
             mark = rerank_lm.meter.mark()
-        results: dict[str, Any] = {}
-        for name, rank in rankers.items():
-            rank(questions[0]) if questions else None  # warm caches outside the timings
-            per_q, lat = [], []
-            for q in tqdm(questions, desc=name, unit="q", disable=not progress):
-                started = time.perf_counter()
-                ranked = rank(q)
-                lat.append((time.perf_counter() - started) * 1000)
-                per_q.append((q, ranked))
-            results[name] = {
-                **_summarise(per_q, corrected=False),
-                "latency_ms": percentiles(lat),
-                "corrected": _summarise(per_q, corrected=True),
-            }
+        results = _score(rankers, questions, progress)
         if reranker is not None:
             usage = rerank_lm.meter.since(mark)
             asked = max(len(questions) + 1, 1)  # the warm-up question is a call too
@@ -262,6 +312,10 @@ def run_retrieval_bench(
                 Retriever(store, embedder, weights), questions, weights or SearchWeights(),
                 cv_rounds, KNOBS if cv_knobs is None else cv_knobs, progress)
         store.close()
+        if url is not None:
+            postgres = _on_postgres(str(url), convs, questions, embedder, weights, progress)
+            ingest["postgres"] = postgres.pop("ingest")
+            results.update(postgres)
     counts = defaultdict(int)
     for q in questions:
         counts[str(q.category)] += 1

@@ -10,8 +10,9 @@ import argparse
 import json
 import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
+
+from memstrata.memory.store.opener import describe, open_store, store_missing
 
 THREADS_HELP = ("CPU threads of a local model (default: all cores; fewer decode faster when "
                 "other work shares the machine)")
@@ -159,21 +160,22 @@ def cmd_rlm(args: argparse.Namespace) -> int:
     with the handle tools bound to that user, and show its steps. The run is recorded in
     the store (see 'memstrata runs'). Code runs in the offline Deno/Pyodide sandbox unless
     --interpreter local is given (which is NOT a sandbox)."""
-    from memstrata.memory import Store
     from memstrata.programs import run_executor
     from memstrata.programs.sandbox import LOCAL_WARNING
     from memstrata.tools import ToolSession
 
     if not args.question.strip():
         raise SystemExit("memstrata: the question is empty")
-    if not Path(args.db).exists():
-        raise SystemExit(f"memstrata: no store at {args.db} (create one with 'memstrata load')")
+    if store_missing(args.db):
+        raise SystemExit(f"memstrata: no store at {describe(args.db)} (create one with "
+                         "'memstrata load')")
     settings = executor_settings_from_args(args)
     if settings.interpreter == "local":
         print(f"memstrata: warning: {LOCAL_WARNING}", file=sys.stderr)
-    with Store.open(args.db) as store:
+    with open_store(args.db) as store:
         if not any(store.counts(args.user).values()) and not store.blobs.keys(args.user):
-            raise SystemExit(f"memstrata: user {args.user!r} has nothing stored in {args.db}")
+            raise SystemExit(f"memstrata: user {args.user!r} has nothing stored in "
+                             f"{describe(args.db)}")
         session = ToolSession(store, args.user, caps=caps_from_json(args.caps))
         context = _context_refs(session, args.blob)
         judge = None
@@ -259,13 +261,12 @@ def _prune_runs(store: Any, args: argparse.Namespace) -> dict[str, Any]:
 def cmd_runs(args: argparse.Namespace) -> int:
     """Recorded runs: list them, show one with its steps, export them as JSONL, or prune
     one tenant's old runs (the run tables otherwise grow with every run)."""
-    from memstrata.memory import Store
     from memstrata.trajectories import export_jsonl
 
-    if not Path(args.db).exists():
-        raise SystemExit(f"memstrata: no store at {args.db}")
+    if store_missing(args.db):
+        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
     args.limit = max(min(args.limit, SQL_MAX), 0)  # -n 10**30 must not overflow SQLite
-    with Store.open(args.db) as store:
+    with open_store(args.db) as store:
         if args.action == "prune":
             print(json.dumps(_prune_runs(store, args)))
         elif args.action == "export":

@@ -30,6 +30,7 @@ from memstrata.formats.records import ConversationRecord, Message, parse_time, t
 from memstrata.memory import Filters, Hit, Retriever, Store, Turn
 from memstrata.memory.models import Conversation, Edge, Session, utcnow
 from memstrata.memory.store import node_type
+from memstrata.memory.store.opener import open_store
 from memstrata.memory.versions import Version
 
 if TYPE_CHECKING:
@@ -69,10 +70,12 @@ class Memory:
              | None = None, embedder: Any = "default",
              ingest: IngestSettings | None = None,
              programs: dict[str, str | Path] | None = None) -> Memory:
-        """Open (creating if needed) a memory in one SQLite file.
+        """Open (creating if needed) a memory in one SQLite file or a PostgreSQL database.
 
         Args:
-            path: the file (``":memory:"`` for a throwaway one).
+            path: the file (``":memory:"`` for a throwaway one), or a
+                ``postgresql://user:password@host/db`` URL (needs the ``postgres`` extra;
+                the schema is created and migrated on first use).
             lm: a model choice as ``setup_lm`` takes it (``local/qwen2.5-coder-1.5b``,
                 ``openai/gpt-4o-mini``, ...), a ``dspy.LM``, a ``ModelHandle``, or None
                 (no extraction and no answers; never an error here).
@@ -87,11 +90,13 @@ class Memory:
         Raises:
             ValueError: a program this memory does not use, or a file that is not that
                 program (or fails its hash check); nothing is opened then.
+            StoreError: the file or the database cannot be opened (an unreachable server
+                or a refused login: the message names the server without its password;
+                nothing is written).
+            MissingExtraError: a URL without the ``postgres`` extra installed.
         """
-        if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
-            raise ValueError("PostgreSQL is not supported yet: open a SQLite file path")
         _compiled_programs(programs or {})  # a bad file fails before the store opens
-        return cls(Store.open(path, embedder=embedder), lm=_handle(lm), ingest=ingest,
+        return cls(open_store(path, embedder=embedder), lm=_handle(lm), ingest=ingest,
                    programs=programs)
 
     def close(self) -> None:

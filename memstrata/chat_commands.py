@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any, TextIO
+
+from memstrata.memory.store.opener import describe, open_store, store_missing
 
 PROMPT = "you> "
 
@@ -59,7 +60,6 @@ def cmd_chat(args: argparse.Namespace, stdin=None, out: TextIO | None = None) ->
     and brings the relevant facts back. History and facts persist in --db across runs.
     Type /quit (or end the input) to leave."""
     from memstrata.agent_commands import model_from_args
-    from memstrata.memory import Store
     from memstrata.programs import ProgramParseError
     from memstrata.programs.voe import VoELoop, check_message, run_turn
 
@@ -70,7 +70,7 @@ def cmd_chat(args: argparse.Namespace, stdin=None, out: TextIO | None = None) ->
     settings = _settings(args)
     programs = _programs(getattr(args, "program", None))
     handle = model_from_args(args)
-    with Store.open(args.db) as store:
+    with open_store(args.db) as store:
         loop = VoELoop(store, args.user, settings,
                        predictor=programs.get("voe.predictor", (None, ""))[0],
                        responder=programs.get("voe.responder", (None, ""))[0])
@@ -110,12 +110,11 @@ def cmd_chat(args: argparse.Namespace, stdin=None, out: TextIO | None = None) ->
 
 def cmd_facts(args: argparse.Namespace) -> int:
     """List, search or delete what the VoE loop has learned about a user."""
-    from memstrata.memory import Store
     from memstrata.memory.voe_facts import VoEFacts
 
-    if not Path(args.db).exists():
-        raise SystemExit(f"memstrata: no store at {args.db}")
-    with Store.open(args.db) as store:
+    if store_missing(args.db):
+        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
+    with open_store(args.db) as store:
         facts = VoEFacts(store)
         if args.delete:
             for fact_id in args.delete:

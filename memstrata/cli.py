@@ -11,6 +11,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from memstrata.agent_commands import (
     THREADS_HELP,
@@ -30,6 +31,7 @@ from memstrata.compile_commands import add_compile_parsers
 from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
 from memstrata.mcp_commands import add_mcp_parser
+from memstrata.memory.store.opener import describe, open_store, store_missing
 from memstrata.memory_commands import add_memory_parsers
 from memstrata.model_commands import add_doctor_parser, add_models_parser
 from memstrata.personal_commands import add_reconcile_args, cmd_reconcile
@@ -86,30 +88,31 @@ def cmd_load(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from memstrata.bench.locomo import load_locomo, read_locomo
-    from memstrata.memory import Store
 
     convs = read_locomo(args.file)
     embedder = _embedder(not args.no_embed, args.embedder)
-    with Store.open(args.db, embedder=embedder) as store, tqdm(
+    with open_store(args.db, embedder=embedder) as store, tqdm(
         total=sum(c.turn_count for c in convs), unit="turn", desc="load"
     ) as bar:
         stats = load_locomo(store, convs, embedder=embedder, progress=bar.update)
-    print(json.dumps({"db": args.db, "conversations": stats.conversations, "turns": stats.turns,
-                      "embedded": stats.embedded, "tenants": [c.sample_id for c in convs]}))
+    print(json.dumps({"db": describe(args.db), "conversations": stats.conversations,
+                      "turns": stats.turns, "embedded": stats.embedded,
+                      "tenants": [c.sample_id for c in convs]}))
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     """Hybrid search over one tenant; prints one JSON object per hit."""
-    from memstrata.memory import Filters, Retriever, Store
+    from memstrata.memory import Filters, Retriever
 
-    if not Path(args.db).exists():
-        raise SystemExit(f"memstrata: no store at {args.db} (create one with 'memstrata load')")
+    if store_missing(args.db):
+        raise SystemExit(f"memstrata: no store at {describe(args.db)} (create one with "
+                         "'memstrata load')")
     filters = Filters(
         kinds=args.kind, speaker=args.speaker, conversation_id=args.conversation,
         start=args.since, end=args.until,
     )
-    with Store.open(args.db) as store:
+    with open_store(args.db) as store:
         model_has_vectors = bool(store.counts(args.user)["embeddings"])
         retriever = Retriever(store, _embedder(model_has_vectors and not args.no_dense,
                                                args.embedder),
@@ -119,13 +122,40 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Bring a store's schema up to date: a SQLite file or a postgresql:// database. Prints
+    the versions recorded before, those applied now and the latest known, as JSON. With
+    --check nothing is written, and the exit status is 1 when migrations are pending.
+    Every command also migrates on open; this one lets operations do it first, once."""
+    from memstrata.memory.store.opener import is_url, schema_versions
+
+    before, known = schema_versions(args.db)
+    unknown = sorted(set(before) - set(known))
+    if unknown:
+        raise SystemExit(f"memstrata: {describe(args.db)} has schema versions {unknown} that "
+                         f"this memstrata does not know (latest known: {max(known)}): "
+                         "upgrade memstrata")
+    pending = [v for v in known if v not in before]
+    report: dict[str, Any] = {"db": describe(args.db),
+                              "backend": "postgresql" if is_url(args.db) else "sqlite",
+                              "recorded": before, "latest": max(known)}
+    if args.check:
+        print(json.dumps({**report, "pending": pending}))
+        return 1 if pending else 0
+    if pending:
+        open_store(args.db, embedder=None).close()
+    after = schema_versions(args.db)[0]
+    print(json.dumps({**report, "applied": [v for v in after if v not in before],
+                      "recorded": after}))
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     """Row counts of a store (all tenants, or one)."""
-    from memstrata.memory import Store
 
-    if not Path(args.db).exists():
-        raise SystemExit(f"memstrata: no store at {args.db}")
-    with Store.open(args.db) as store:
+    if store_missing(args.db):
+        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
+    with open_store(args.db) as store:
         print(json.dumps(store.counts(args.user), indent=2))
     return 0
 
@@ -231,7 +261,9 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_scale(args: argparse.Namespace) -> int:
-    """Synthetic single-tenant stores of growing size: ingest rate and search latency."""
+    """Synthetic single-tenant stores of growing size: ingest rate and search latency.
+    With --db URL, also a PostgreSQL store with concurrent writer and reader processes
+    (each size in a fresh schema memstrata_scale_<N> of that database, dropped after)."""
     from memstrata.bench.scale import format_scale_table, run_scale_bench, write_scale_outputs
 
     try:
@@ -241,7 +273,8 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
             f"memstrata: --sizes must be comma-separated integers, got {args.sizes!r}"
         ) from None
     doc = run_scale_bench(sizes, queries=args.queries, bm25_sample=args.bm25_sample,
-                          seed=args.seed)
+                          seed=args.seed, db=args.db, writers=args.writers,
+                          readers=args.readers, fresh=args.fresh, own_tenants=args.own_tenants)
     return _report(format_scale_table(doc), write_scale_outputs(doc, args.out))
 
 
@@ -359,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("load", help="load a LoCoMo-format JSON file into a store",
                        description=cmd_load.__doc__)
     p.add_argument("file", help="LoCoMo-format JSON (a list of conversations)")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (lexical only)")
     _add_embedder_arg(p)
     p.set_defaults(func=cmd_load)
@@ -367,9 +401,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="load conversations and extract facts, QA pairs, "
                        "entities and persona with a model", description=cmd_ingest.__doc__)
     _add_data_arg(p)
-    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--tenant", help="one tenant for all conversations (default: each its own)")
-    p.add_argument("--cache", help="extraction cache (default <db>.extractions.jsonl)")
+    p.add_argument("--cache", help="extraction cache (default <db>.extractions.jsonl; "
+                   "./extractions.jsonl for a postgresql:// --db)")
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (lexical only)")
     p.add_argument("--json", action="store_true", help="one JSON report per conversation")
     p.add_argument("--program", metavar="FILE", help="a compiled extractor program file to "
@@ -382,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description=cmd_search.__doc__)
     p.add_argument("query")
     p.add_argument("--user", required=True, help="tenant id (LoCoMo: the sample_id)")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("-k", type=int, default=10, help="number of hits (default 10)")
     p.add_argument("--kind", action="append", help="only this kind ('turn', 'fact', ...)")
     p.add_argument("--speaker", help="only what this speaker said")
@@ -396,8 +433,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_memory_parsers(sub, DEFAULT_DB)
 
+    p = sub.add_parser("migrate", help="bring a store's schema up to date (file or URL)",
+                       description=cmd_migrate.__doc__)
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 when migrations are pending")
+    p.set_defaults(func=cmd_migrate)
+
     p = sub.add_parser("stats", help="row counts of a store", description=cmd_stats.__doc__)
-    p.add_argument("--db", default=DEFAULT_DB)
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--user", help="one tenant only")
     p.set_defaults(func=cmd_stats)
 
@@ -405,7 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "memories, steps shown", description=cmd_rlm.__doc__)
     p.add_argument("question")
     p.add_argument("--user", required=True, help="the tenant whose memories the tools see")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--blob", action="append", help="a blob key to hand over as a BlobRef "
                    "(repeatable; default: all of the user's blobs, at most 5)")
     p.add_argument("--json", action="store_true", help="print the run as JSON")
@@ -419,7 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("chat", help="chat through the VoE loop (remembers across runs)",
                        description=cmd_chat.__doc__)
     p.add_argument("--user", required=True, help="who is chatting (a tenant of the store)")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--show-internals", action="store_true", help="print, per turn, the "
                    "cached prediction, the VoE verdict and score, the stored fact, the "
                    "needed-info keywords and the retrieved facts")
@@ -436,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("facts", help="list, search or delete a user's VoE facts",
                        description=cmd_facts.__doc__)
     p.add_argument("--user", required=True)
-    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--search", help="only facts matching this (fuzzy, text and tags)")
     p.add_argument("--delete", nargs="+", metavar="ID", help="delete these facts")
     p.add_argument("-n", "--limit", type=int, default=50, help="at most N (default 50)")
@@ -455,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("list", "show", "export", "prune"))
     p.add_argument("run_id", nargs="?", help="the run to show")
     p.add_argument("--user", help="one tenant only (required by show and prune)")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--out", default="runs.jsonl", help="export file (default runs.jsonl)")
     p.add_argument("-n", "--limit", type=int, default=50, help="newest N runs (default 50)")
     prune = p.add_argument_group(
@@ -481,7 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("person", help="the person's name as the conversation spells it")
     p.add_argument("--user", required=True, help="tenant id")
     p.add_argument("--conversation", required=True, help="the conversation that knows them")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--json", action="store_true", help="JSON rows instead of lines")
     p.set_defaults(func=cmd_persona)
 
@@ -507,7 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_arg(p)
     _add_audit_arg(p)
     p.add_argument("--out", default="out", help="output folder (default ./out)")
-    p.add_argument("--db", help="build the store here instead of a temporary file")
+    p.add_argument("--db", help="build the store in this file instead of a temporary one; a "
+                   "postgresql:// URL (an empty database) also builds it there and scores "
+                   "memstrata@postgres beside the SQLite systems in the same run")
     p.add_argument("--limit", type=int, help="first N questions per conversation (quick runs)")
     p.add_argument("--no-dense", action="store_true",
                    help="no embedding model: skip the dense channel and the 'dense' system")
@@ -585,6 +638,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bm25-sample", type=int, default=100_000,
                    help="rank-bm25 runs on at most this many items (default 100000)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--db", metavar="URL|PATH",
+                   help="a postgresql:// URL: also measure PostgreSQL with concurrent clients "
+                   "(SQLite stays the baseline); a path: the SQLite store goes to that file "
+                   "(kept) instead of a temporary one")
+    p.add_argument("--writers", type=int, metavar="N",
+                   help="writer processes on PostgreSQL (default 8 with a URL; SQLite: 1)")
+    p.add_argument("--readers", type=int, metavar="M",
+                   help="concurrent reader processes on PostgreSQL (default 4)")
+    p.add_argument("--fresh", action="store_true",
+                   help="drop what an earlier run left (memstrata_scale_* schemas at the URL, "
+                   "or the file at the path); without it they are an error")
+    p.add_argument("--own-tenants", action=argparse.BooleanOptionalAction, default=True,
+                   help="with a URL, also time the ingest with one tenant per writer "
+                   "(default: on)")
     p.set_defaults(func=cmd_bench_scale)
 
     p = bsub.add_parser("leakage", help="E7: naive vs handle tools, same model and budgets",

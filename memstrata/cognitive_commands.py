@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from memstrata.memory.store.opener import describe, open_store, store_missing
+
 from .agent_commands import add_model_args, model_from_args
 
 DEFAULT_DB = "memstrata.db"
@@ -16,11 +18,10 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     observations, drop expired working-memory slots, trigger intentions whose time has
     come, and, with --consolidate, consolidate every full batch of episodes into a summary (one
     LLM call per batch; the originals are kept and flagged). Prints a JSON report."""
-    from memstrata.memory import Store
     from memstrata.memory.cognitive import CognitiveMemory, CognitiveSettings
 
-    if not Path(args.db).exists():
-        raise SystemExit(f"memstrata: no store at {args.db}")
+    if store_missing(args.db):
+        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
     try:
         settings = CognitiveSettings(sensory_ttl_s=args.sensory_ttl,
                                      consolidation_batch=args.batch)
@@ -31,7 +32,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         from memstrata.programs.consolidate import summariser
 
         summarise = summariser(model_from_args(args))
-    with Store.open(args.db, embedder=None) as store:
+    with open_store(args.db, embedder=None) as store:
         report = CognitiveMemory(store, args.user, settings=settings).maintain(
             summarise, force=args.force)
     print(report.model_dump_json(indent=2))
@@ -85,7 +86,8 @@ def add_cognitive_parsers(sub: argparse._SubParsersAction,
                        "(TTL pruning, eviction, triggers, consolidation)",
                        description=cmd_maintain.__doc__)
     p.add_argument("--user", required=True, help="tenant id")
-    p.add_argument("--db", default=DEFAULT_DB, help=f"store file (default {DEFAULT_DB})")
+    p.add_argument("--db", default=DEFAULT_DB,
+                   help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--consolidate", action="store_true",
                    help="consolidate full batches of episodes with --lm (one call a batch); "
                    "without it the report says whether a batch is due")

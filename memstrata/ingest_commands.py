@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from memstrata.agent_commands import from_flags, model_from_args
+from memstrata.memory.store.opener import describe, is_url, open_store, store_missing
 
 
 def _ingest_settings(args: argparse.Namespace):
@@ -52,7 +53,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from memstrata.bench.locomo import load_locomo, read_subset
     from memstrata.cli import _embedder
     from memstrata.compile_commands import program_file
-    from memstrata.memory import Store
     from memstrata.programs.ingest import IngestError, ingest_conversation, weak_model_warning
 
     settings = _ingest_settings(args)
@@ -63,9 +63,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     program = program_file(args.program, ("extractor",), "ingest")
     handle = model_from_args(args)
     embedder = _embedder(not args.no_embed)
-    cache = Path(args.cache or f"{args.db}.extractions.jsonl")
+    # Beside a store file; for a database, in the working folder (never a URL as a name).
+    cache = Path(args.cache or ("extractions.jsonl" if is_url(args.db)
+                                else f"{args.db}.extractions.jsonl"))
     reports = []
-    with Store.open(args.db, embedder=embedder) as store:
+    with open_store(args.db, embedder=embedder) as store:
         load_locomo(store, convs, embedder=embedder, tenant=args.tenant)
         with tqdm(total=sum(c.turn_count for c in convs), unit="turn", desc="extract") as bar:
             for conv in convs:
@@ -117,13 +119,12 @@ def cmd_persona(args: argparse.Namespace) -> int:
     """What memory holds about one person, as a conversation knows them (and every
     conversation the reconciler merged them with): one line per attribute, with the turns
     it cites. Built at ingest from the person's current facts (superseded ones left out)."""
-    from memstrata.memory import Store
     from memstrata.memory.dates import render_day
     from memstrata.memory.persona import persona
 
-    if not Path(args.db).exists():
-        raise SystemExit(f"memstrata: no store at {args.db}")
-    with Store.open(args.db) as store:
+    if store_missing(args.db):
+        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
+    with open_store(args.db) as store:
         rows = persona(store, args.user, args.person, args.conversation)
     if args.json:
         print(json.dumps([r.model_dump(mode="json", include={

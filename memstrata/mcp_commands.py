@@ -7,7 +7,8 @@ import argparse
 import contextlib
 import os
 import sys
-from pathlib import Path
+
+from memstrata.memory.store.opener import describe, store_missing
 
 DEFAULT_TOKEN_ENV = "MEMSTRATA_MCP_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -37,9 +38,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     --user U'). stdio by default (stdout carries only the protocol); --transport http
     serves http://127.0.0.1:PORT/mcp and needs a bearer token in $MEMSTRATA_MCP_TOKEN
     (or the variable --token-env names)."""
-    if args.db.startswith(("postgresql://", "postgres://")):
-        # Refused before anything is opened or imported: nothing is written anywhere.
-        raise ValueError("--db: PostgreSQL is not supported yet; give a SQLite file path")
     if not args.user.strip() or len(args.user) > 256:
         raise ValueError("--user must be a non-empty string of at most 256 characters")
     from memstrata.memory.extras import require
@@ -54,7 +52,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from memstrata.mcp_server import LOOPBACK, TenantTools, build_server, serve_http, serve_stdio
 
     caps = caps_from_json(args.caps)
-    created = not Path(args.db).exists()
+    created = store_missing(args.db)
     # Setup may print (a model loading): keep it off stdout, which is the stdio wire.
     with contextlib.redirect_stdout(sys.stderr):
         lm = None
@@ -67,7 +65,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         tools = TenantTools(memory, args.user, agent_id=args.agent_id, caps=caps,
                             transport=args.transport)
         server = build_server(tools)
-        what = f"{len(tools.names)} tools for user {args.user!r} of {args.db}" + (
+        what = f"{len(tools.names)} tools for user {args.user!r} of {describe(args.db)}" + (
             " (a new, empty store)" if created else "")
         if args.transport == "stdio":
             print(f"memstrata: MCP over stdio: {what}", file=sys.stderr)
@@ -84,7 +82,8 @@ def add_mcp_parser(sub: argparse._SubParsersAction, default_db: str) -> None:
     p = sub.add_parser("mcp", help="serve one user's memory to other agents over MCP",
                        description=cmd_mcp.__doc__)
     p.add_argument("--db", default=default_db,
-                   help=f"store file (default {default_db}; created if missing)")
+                   help=f"store file or postgresql:// URL (default {default_db};"
+                   " created if missing)")
     p.add_argument("--user", required=True, help="the tenant every tool is bound to")
     p.add_argument("--agent-id", help="recorded on the runs and on what mem_add writes")
     p.add_argument("--lm", help="offer 'answer' with this model (e.g. "

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
+
+from memstrata.memory.store.opener import describe, store_missing
 
 FORMATS = ("messages", "locomo", "longmemeval")
 
@@ -16,8 +17,8 @@ FORMATS = ("messages", "locomo", "longmemeval")
 def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None) -> Any:
     from memstrata import Memory
 
-    if must_exist and not Path(args.db).exists():
-        raise SystemExit(f"memstrata: no store at {args.db}")
+    if must_exist and store_missing(args.db):
+        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
     return Memory.open(args.db, lm=lm)
 
 
@@ -88,7 +89,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
             raise SystemExit("memstrata: forget deletes everything of the user: pass --yes")
-        reply = input(f"Forget everything of {args.user!r} in {args.db}? [y/N] ")
+        reply = input(f"Forget everything of {args.user!r} in {describe(args.db)}? [y/N] ")
         if reply.strip().lower() not in {"y", "yes"}:
             print("nothing deleted")
             return 1
@@ -138,7 +139,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                                           for e in memory.flush(args.user))
     except (ImportFormatError, ValueError) as exc:
         raise SystemExit(f"memstrata: {exc}") from None
-    print(json.dumps({"db": args.db, "user_id": args.user, **counts}))
+    print(json.dumps({"db": describe(args.db), "user_id": args.user, **counts}))
     return 0
 
 
@@ -155,7 +156,8 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
     """Register the ``Memory`` verbs."""
 
     def common(p: argparse.ArgumentParser, user_required: bool = True) -> None:
-        p.add_argument("--db", default=default_db, help=f"store file (default {default_db})")
+        p.add_argument("--db", default=default_db,
+                       help=f"store file or postgresql:// URL (default {default_db})")
         p.add_argument("--user", required=user_required, help="the tenant")
 
     p = sub.add_parser("add", help="add messages for a user (text, or JSONL on stdin)",

@@ -6,6 +6,8 @@ import argparse
 import json
 import time
 
+from memstrata.memory.store.opener import describe, open_store
+
 POLICY_NAMES = ("policy", "policy/reconcile")
 
 
@@ -51,7 +53,6 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     and same_as edges, or a distinct_from edge) with its reason, and logged."""
     from memstrata.agent_commands import from_flags
     from memstrata.bench.locomo import load_locomo, read_subset
-    from memstrata.memory import Store
     from memstrata.programs.reconcile_run import reconcile_person
     from memstrata.programs.reconciler import ReconcilerSettings
     from memstrata.tools import ToolSession
@@ -74,7 +75,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         raise SystemExit(f"memstrata: {exc}") from None
     handle = _model(args)
     started = time.perf_counter()
-    with Store.open(args.db) as store:
+    with open_store(args.db) as store:
         load_locomo(store, data, tenant=user)
         session = ToolSession(store, user)
         people = corpus(session.binding)
@@ -96,7 +97,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         merges = sum(d.decision == "MERGE" for d in decisions)
         print(f"── {len(results)} pair(s) on {handle.name}: {merges} MERGE, "
               f"{len(decisions) - merges} SEPARATE, {len(results) - len(decisions)} failed · "
-              f"LLM calls {handle.meter.since(0).calls} · {wall} s · store {args.db} "
+              f"LLM calls {handle.meter.since(0).calls} · {wall} s · store {describe(args.db)} "
               f"(tenant {user!r})")
     return 1 if len(decisions) < len(results) else 0
 

@@ -23,7 +23,7 @@ import anyio.from_thread
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memstrata.memory import Store
+from memstrata.memory.store.opener import open_store
 
 from memstrata import Memory
 from memstrata.cli import main
@@ -42,7 +42,16 @@ BEN_MARKERS = ("zorblax", "vexmoor", "quintessa")
 # -- a store with two tenants ---------------------------------------------------------------
 
 
-def two_tenants(path: Path) -> dict[str, Any]:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Where the store lives: a SQLite file, or a PostgreSQL database's URL (``--db``)."""
+    if request.param == "sqlite":
+        return tmp_path / "mem.db"
+    return request.getfixturevalue("pg_db_url")
+
+
+
+def two_tenants(path: Path | str) -> dict[str, Any]:
     """Ana's and ben's turns, items and blobs in one file; their ids by tenant."""
     with Memory.open(path) as m:
         ana = [e["id"] for e in m.add(
@@ -77,7 +86,7 @@ def _command() -> tuple[str, list[str]]:
     return sys.executable, ["-m", "memstrata.cli"]
 
 
-def _params(db: Path, user: str, *extra: str, home: Path) -> StdioServerParameters:
+def _params(db: Path | str, user: str, *extra: str, home: Path) -> StdioServerParameters:
     command, prefix = _command()
     return StdioServerParameters(
         command=command, args=[*prefix, "mcp", "--db", str(db), "--user", user, *extra],
@@ -105,7 +114,7 @@ def connect(transport: Any) -> Iterator[Session]:
 
 
 @contextlib.contextmanager
-def stdio(db: Path, user: str, *extra: str, tmp_path: Path) -> Iterator[Session]:
+def stdio(db: Path | str, user: str, *extra: str, tmp_path: Path) -> Iterator[Session]:
     log = tmp_path / f"server-{user}.log"
     with log.open("w") as errlog:
         try:
@@ -132,10 +141,11 @@ def error_text(result: Any) -> str:
 # -- the round trip -------------------------------------------------------------------------
 
 
-def test_mcp_round_trip_over_stdio(tmp_path: Path) -> None:
+def test_mcp_round_trip_over_stdio(tmp_path: Path, where: Path | str) -> None:
     """Every tool listed (exactly the handle tools, none taking a user) and called over
-    stdio; refusals arrive as tool errors with their message; each call is a run."""
-    db = tmp_path / "mem.db"
+    stdio, on a SQLite file and on PostgreSQL; refusals arrive as tool errors with their
+    message; each call is a run."""
+    db = where
     ids = two_tenants(db)
     with stdio(db, "ana", "--caps", '{"max_get": 2}', "--agent-id", "claude",
                tmp_path=tmp_path) as s:
@@ -183,7 +193,7 @@ def test_mcp_round_trip_over_stdio(tmp_path: Path) -> None:
         assert "user_id" in smuggled and "zorblax" not in smuggled.lower()
         assert "Unknown tool: answer" in error_text(s.call("answer", {"question": "where?"}))
 
-    with Store.open(db) as store:
+    with open_store(db) as store:
         runs = store.runs.list("ana", limit=100)
         by_program: dict[str, list[Any]] = {}
         for run in runs:
@@ -314,13 +324,13 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def test_a_call_never_reaches_another_tenant(tmp_path: Path) -> None:
-    """Two tenants in one file, a server bound to ana: no call, however aimed at ben's
-    rows (his ids, words, blob, speaker), shows any of them or writes into his tenant;
-    a ``user_id`` argument is refused."""
-    db = tmp_path / "mem.db"
+def test_a_call_never_reaches_another_tenant(tmp_path: Path, where: Path | str) -> None:
+    """Two tenants in one store (a file, or a database), a server bound to ana: no call,
+    however aimed at ben's rows (his ids, words, blob, speaker), shows any of them or
+    writes into his tenant; a ``user_id`` argument is refused."""
+    db = where
     ids = two_tenants(db)
-    with Store.open(db) as store:
+    with open_store(db) as store:
         ben_before = store.counts("ben"), store.blobs.keys("ben")
     ben_ids = set(ids["ben"])
     with stdio(db, "ana", tmp_path=tmp_path) as s:
@@ -338,7 +348,7 @@ def test_a_call_never_reaches_another_tenant(tmp_path: Path) -> None:
                 assert result.is_error and "user_id" in result.content[0].text
 
         check()
-    with Store.open(db) as store:
+    with open_store(db) as store:
         assert (store.counts("ben"), store.blobs.keys("ben")) == ben_before
         assert store.runs.list("ben") == []
         assert store.runs.list("ana", limit=1000)  # the calls were recorded, as ana's
@@ -390,15 +400,17 @@ def test_answer_is_offered_with_an_lm_and_recorded(scripted, tmp_path: Path) -> 
 # -- the command line -----------------------------------------------------------------------
 
 
-def test_a_postgresql_url_is_a_clear_error_with_nothing_written(
+def test_an_unreachable_database_url_is_a_clear_error_with_nothing_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pytest.importorskip("psycopg", reason="needs the postgres extra")
     monkeypatch.chdir(tmp_path)
-    code = main(["mcp", "--db", "postgresql://me:pw@localhost/mem", "--user", "ana"])
+    # Port 1 on the loopback: nothing listens there, the connection is refused at once.
+    code = main(["mcp", "--db", "postgresql://me:s3cret@127.0.0.1:1/mem", "--user", "ana"])
     out, err = capsys.readouterr()
-    assert code == 2 and out == ""
-    assert err.count("\n") == 1 and "PostgreSQL is not supported yet" in err
-    assert "pw" not in err
+    assert code != 0 and out == ""
+    assert "postgresql://me@127.0.0.1:1/mem" in err and "cannot be reached" in err
+    assert "s3cret" not in err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -504,6 +516,6 @@ def test_http_needs_the_bearer_token(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=30)
     assert proc.stdout is not None and token not in proc.stdout.read()
-    with Store.open(db) as store:
+    with open_store(db) as store:
         runs = store.runs.list("ana")
         assert [r.config["transport"] for r in runs] == ["http"]

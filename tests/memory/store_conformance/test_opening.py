@@ -1,0 +1,134 @@
+"""Opening a store by path or URL: ``open_store``, ``Memory.open``, ``--db`` on the
+commands, ``memstrata migrate`` and ``bench retrieval --db URL``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from memstrata.memory.store.opener import (
+    describe,
+    is_url,
+    open_store,
+    schema_versions,
+    store_missing,
+)
+
+from memstrata import Memory
+from memstrata.cli import main
+
+UNREACHABLE = "postgresql://me:s3cret@127.0.0.1:1/mem"  # nothing listens on port 1
+
+
+def test_a_url_is_told_from_a_path() -> None:
+    pytest.importorskip("psycopg", reason="needs the postgres extra")
+    assert is_url("postgresql://u@h/db") and is_url("postgres://h/db")
+    assert not is_url("memstrata.db") and not is_url(Path("postgresql:/x"))
+    assert describe("postgresql://me:s3cret@db.example:6543/mem") == \
+        "postgresql://me@db.example:6543/mem"
+    assert describe("postgresql://me:s3cret@/mem?host=/run/pg") == \
+        "postgresql://me@/mem?host=/run/pg"  # a Unix socket
+    assert describe("some/file.db") == "some/file.db"
+    assert not store_missing("postgresql://u@h/db") and not store_missing(":memory:")
+
+
+def test_migrate_on_a_sqlite_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "m.db"
+    assert main(["migrate", "--db", str(db), "--check"]) == 1  # all pending
+    assert not db.exists()  # --check writes nothing
+    pending = json.loads(capsys.readouterr().out)["pending"]
+    assert pending and pending == schema_versions(db)[1]
+    assert main(["migrate", "--db", str(db)]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["applied"] == pending and done["recorded"] == pending
+    assert main(["migrate", "--db", str(db)]) == 0
+    assert json.loads(capsys.readouterr().out)["applied"] == []
+    assert main(["migrate", "--db", str(db), "--check"]) == 0
+
+
+def test_an_unreachable_database_is_one_clear_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("psycopg", reason="needs the postgres extra")
+    monkeypatch.chdir(tmp_path)
+    for argv in (["migrate", "--db", UNREACHABLE], ["stats", "--db", UNREACHABLE],
+                 ["search", "--db", UNREACHABLE, "--user", "u", "cats"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot be reached" in err, argv
+        assert "postgresql://me@127.0.0.1:1/mem" in err and "s3cret" not in err
+    with pytest.raises(Exception, match="cannot be reached") as caught:
+        Memory.open(UNREACHABLE)
+    assert "s3cret" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []  # nothing written anywhere
+
+
+@pytest.mark.postgres
+def test_migrate_on_a_database(pg_db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["migrate", "--db", pg_db_url, "--check"]) == 1
+    pending = json.loads(capsys.readouterr().out)["pending"]
+    assert schema_versions(pg_db_url)[0] == []  # --check wrote nothing
+    assert main(["migrate", "--db", pg_db_url]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["backend"] == "postgresql" and out["applied"] == pending
+    assert main(["migrate", "--db", pg_db_url, "--check"]) == 0
+    assert json.loads(capsys.readouterr().out)["pending"] == []
+
+
+@pytest.mark.postgres
+def test_memory_open_by_url_adds_searches_and_forgets(pg_db_url: str) -> None:
+    with Memory.open(pg_db_url, embedder=None) as memory:
+        memory.add([{"role": "user", "content": "I adopted a guinea pig named Oscar."},
+                    {"role": "assistant", "content": "Lovely! How old is Oscar?"}],
+                   user_id="ana", infer=False)
+        memory.add("My sister plays the violin.", user_id="bo", infer=False)
+        hits = memory.search("guinea pig", user_id="ana")
+        assert hits and "guinea pig" in hits[0].text
+        assert not memory.search("guinea pig", user_id="bo")  # another tenant's rows
+        memory.delete_all(user_id="ana")
+        assert not memory.search("guinea pig", user_id="ana")
+        assert memory.search("violin", user_id="bo")
+
+
+@pytest.mark.postgres
+def test_search_and_stats_commands_take_a_url(pg_db_url: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with open_store(pg_db_url, embedder=None) as store:
+        from memstrata.memory import FactItem
+
+        store.add(FactItem(user_id="ana", text="Ana moved from Sweden to Lisbon"))
+    assert main(["search", "--db", pg_db_url, "--user", "ana", "--no-dense", "Sweden"]) == 0
+    hits = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert hits and "Sweden" in hits[0]["text"]
+    assert main(["stats", "--db", pg_db_url, "--user", "ana"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"] == 1
+
+
+def _record(make_record: Any, sample_id: str, pet: str) -> dict[str, Any]:
+    sessions = {1: [
+        {"speaker": "Alice", "dia_id": "D1:1", "text": f"I adopted a {pet} last week."},
+        {"speaker": "Bob", "dia_id": "D1:2", "text": "I started learning the violin."},
+        {"speaker": "Alice", "dia_id": "D1:3", "text": "We went hiking in the Alps."},
+    ]}
+    qa = [{"question": "What pet did Alice adopt?", "answer": pet, "evidence": ["D1:1"],
+           "category": 1},
+          {"question": "What instrument is Bob learning?", "answer": "violin",
+           "evidence": ["D1:2"], "category": 4}]
+    return make_record(sample_id, sessions=sessions, qa=qa)
+
+
+@pytest.mark.postgres
+def test_bench_retrieval_scores_postgres_beside_sqlite(pg_db_url: str, make_record: Any,
+                                                       write_json: Any) -> None:
+    from memstrata.bench.retrieval import run_retrieval_bench
+
+    data = write_json("two.json", [_record(make_record, f"conv-{n}", pet)
+                                   for n, pet in enumerate(("cat", "parrot"))])
+    doc = run_retrieval_bench(data, db_path=pg_db_url, progress=False)
+    pg, lite = doc["systems"]["memstrata@postgres"], doc["systems"]["memstrata"]
+    assert pg["recall@5"] == lite["recall@5"]
+    assert doc["ingest"]["postgres"]["database"] == describe(pg_db_url)
+    with pytest.raises(ValueError, match="already holds conversation conv-0"):
+        run_retrieval_bench(data, db_path=pg_db_url, progress=False)
