@@ -10,6 +10,13 @@ Zipf-distributed vocabulary (common English words and made-up ones), a speaker, 
 time within three years, 1-3 tags from a Zipf-distributed tag vocabulary of 2,000. Every
 random draw comes from one ``numpy`` generator seeded with ``seed``: a run is repeatable.
 
+With ``--db URL`` (PostgreSQL, issue 22) every size is measured twice: the SQLite store as
+above (one writer, one reader: the baseline) and the PostgreSQL store at the URL with
+concurrent client processes (``bench/scale_clients.py``): N writers ingesting contiguous
+shares of the same corpus, then one and M readers running the same queries. Each size's
+``pg_ingest_ratio`` (PostgreSQL's ingest rate over SQLite's) and ``pg_search_p95_ms`` are
+checked against the issue's targets (>= 3x; <= 50 ms).
+
 Memory figures: ``ru_maxrss`` is the process-wide high-water mark since the process began
 (all earlier sizes and phases included); ``*_peak_delta_mb`` is how much a phase raised it
 (0 when the phase stayed below an earlier peak); ``*_rss_delta_mb`` is the change of the
@@ -135,6 +142,19 @@ class Corpus:
         """Item ``i``'s tags (distinct)."""
         span = self.tag_ids[self.tag_offsets[i]:self.tag_offsets[i + 1]]
         return list(dict.fromkeys(self.tags[t] for t in span))
+
+    def share(self, start: int, stop: int) -> Corpus:
+        """Items ``start`` to ``stop - 1`` as a corpus of their own (same vocabularies)."""
+        w0, w1 = int(self.word_offsets[start]), int(self.word_offsets[stop])
+        t0, t1 = int(self.tag_offsets[start]), int(self.tag_offsets[stop])
+        return Corpus(
+            vocab=self.vocab, tags=self.tags, word_ids=self.word_ids[w0:w1],
+            word_offsets=self.word_offsets[start:stop + 1] - w0, tag_ids=self.tag_ids[t0:t1],
+            tag_offsets=self.tag_offsets[start:stop + 1] - t0,
+            tenant=self.tenant[start:stop], speaker=self.speaker[start:stop],
+            kind=self.kind[start:stop], event_s=self.event_s[start:stop],
+            ids=self.ids[start:stop],
+        )
 
     def item(self, i: int) -> Item:
         """Item ``i`` as the pydantic model of its kind."""
@@ -331,7 +351,17 @@ def _ingest(store: Store, corpus: Corpus, rng: np.random.Generator, progress: bo
         "model_build_s": round(build_s, 3),
     })
 
-    # Edges: each tenant links EDGE_SHARE of its items to an earlier item of its own.
+    edges = make_edges(corpus, rng)
+    started = time.perf_counter()
+    store.add_edges(edges)
+    edge_s = time.perf_counter() - started
+    out.update({"edges": len(edges), "edges_s": round(edge_s, 3),
+                "edges_per_s": round(len(edges) / max(edge_s, 1e-9), 1)})
+    return out
+
+
+def make_edges(corpus: Corpus, rng: np.random.Generator) -> list[Edge]:
+    """Each tenant links ``EDGE_SHARE`` of its items to an earlier item of its own."""
     by_tenant: dict[int, list[str]] = {}
     for i, t in enumerate(corpus.tenant.tolist()):
         by_tenant.setdefault(t, []).append(corpus.ids[i])
@@ -342,12 +372,7 @@ def _ingest(store: Store, corpus: Corpus, rng: np.random.Generator, progress: bo
         for j in picks.tolist():
             edges.append(Edge(user_id=users[t], src=ids[j], dst=ids[int(rng.integers(j))],
                               relation="related", weight=round(float(rng.uniform(0.3, 1.0)), 3)))
-    started = time.perf_counter()
-    store.add_edges(edges)
-    edge_s = time.perf_counter() - started
-    out.update({"edges": len(edges), "edges_s": round(edge_s, 3),
-                "edges_per_s": round(len(edges) / max(edge_s, 1e-9), 1)})
-    return out
+    return edges
 
 
 def _bench_memstrata(store: Store, queries: list[str], warmup: str, progress: bool,
@@ -395,15 +420,93 @@ def _bench_bm25(corpus: Corpus, main_idx: np.ndarray, sample: int, queries: list
     return out
 
 
+@dataclass(frozen=True)
+class PgPlan:
+    """What to measure on PostgreSQL besides the SQLite baseline (``--db URL``)."""
+
+    url: str
+    writers: int
+    readers: int
+    own_tenants: bool
+
+
+SEARCH_P95_TARGET_MS = 50.0
+"""Issue 22's target: search p95 at most this with ``readers`` concurrent readers."""
+INGEST_RATIO_TARGET = 3.0
+"""Issue 22's target: concurrent PostgreSQL ingest at least this times one SQLite writer."""
+
+
+def _measure_postgres(plan: PgPlan, n: int, corpus: Corpus, queries: list[str], warmup: str,
+                      seed: int, progress: bool) -> dict[str, Any]:
+    """The PostgreSQL figures of one size: concurrent ingest (the main tenant shared by
+    every writer), search with one and with ``plan.readers`` readers, and optionally the
+    ingest with one tenant per writer; each in a fresh schema, dropped afterwards."""
+    from memstrata.memory.store.opener import open_store
+
+    from . import scale_clients as clients
+
+    def say(what: str) -> None:
+        if progress:
+            print(f"postgres {n:,}: {what}", file=sys.stderr, flush=True)
+
+    # The same edges as the SQLite store's: the same generator, drawn right after the items.
+    edges = make_edges(corpus, np.random.default_rng([seed, 2, n]))
+    schema = f"{clients.SCHEMA_PREFIX}{n}"
+    out: dict[str, Any] = {"schema": schema}
+    url = clients.create_schema(plan.url, schema)
+    try:
+        store = open_store(url, embedder=None)  # migrates once, before the writers start
+        try:
+            say(f"ingest, {plan.writers} writers")
+            ingest = clients.ingest_concurrently(url, corpus, edges, plan.writers, batch=BATCH)
+            ingest["stored_items"] = store.counts(MAIN_USER)["items"]
+            every = store.counts()
+            ingest["stored_items_all_tenants"] = every["items"]
+            ingest["stored_edges"] = every["edges"]
+        finally:
+            store.close()
+        ingest["db_mb"] = clients.schema_mb(plan.url, schema)
+        ingest["vacuum_analyze_s"] = clients.vacuum_analyze(plan.url, schema)
+        out["ingest"] = ingest
+        say("search, 1 reader")
+        single = clients.search_concurrently(url, MAIN_USER, queries, warmup, 1,
+                                             id_prefix="i_s0_")  # the main tenant's ids
+        out["search_1_reader"] = single
+        if plan.readers > 1:
+            say(f"search, {plan.readers} readers")
+            out["search_readers"] = clients.search_concurrently(
+                url, MAIN_USER, queries, warmup, plan.readers, id_prefix="i_s0_")
+        else:
+            out["search_readers"] = single
+    finally:
+        clients.drop_schema(plan.url, schema)
+    if plan.own_tenants:
+        own = f"{schema}_own"
+        url = clients.create_schema(plan.url, own)
+        try:
+            store = open_store(url, embedder=None)
+            try:
+                say(f"ingest, {plan.writers} writers, one tenant each")
+                ingest = clients.ingest_concurrently(url, corpus, edges, plan.writers,
+                                                     batch=BATCH, own_tenants=True)
+                ingest["stored_items_all_tenants"] = store.counts()["items"]
+            finally:
+                store.close()
+            out["ingest_own_tenants"] = ingest
+        finally:
+            clients.drop_schema(plan.url, own)
+    return out
+
+
 def _run_size(n: int, *, queries: int, bm25_queries: int, bm25_sample: int, seed: int,
-              db_dir: Path, progress: bool) -> dict[str, Any]:
+              db_path: Path, keep_db: bool, progress: bool, postgres: PgPlan | None = None
+              ) -> dict[str, Any]:
     t0 = time.perf_counter()
     corpus = make_corpus(n, seed)
     gen_s = time.perf_counter() - t0
     qs = make_queries(corpus, queries + 1, seed)
     warmup, qs = qs[0], qs[1:]
     rng = np.random.default_rng([seed, 2, n])
-    db_path = db_dir / f"scale_{n}.db"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db_path}{suffix}").unlink(missing_ok=True)
 
@@ -419,7 +522,8 @@ def _run_size(n: int, *, queries: int, bm25_queries: int, bm25_sample: int, seed
     finally:
         store.close()
     mem["db_mb"] = _file_mb(db_path)
-    db_path.unlink(missing_ok=True)
+    if not keep_db:
+        db_path.unlink(missing_ok=True)
 
     main_idx = np.flatnonzero(corpus.tenant == 0)
     bm = _bench_bm25(corpus, main_idx, bm25_sample, qs[:bm25_queries], warmup, rng, progress,
@@ -442,6 +546,16 @@ def _run_size(n: int, *, queries: int, bm25_queries: int, bm25_sample: int, seed
         # rank-bm25 scores every document per query term: latency scales with corpus size.
         full = bm["p50_ms"] * len(main_idx) / bm["sample_size"]
         out["speedup_p50_full_corpus_estimate"] = round(full / mem["p50_ms"], 2)
+    if postgres is not None:
+        pg = _measure_postgres(postgres, n, corpus, qs, warmup, seed, progress)
+        out["postgres"] = pg
+        out["pg_ingest_ratio"] = round(pg["ingest"]["ingest_per_s"] / mem["ingest_per_s"], 2)
+        if "ingest_own_tenants" in pg:
+            out["pg_own_tenants_ingest_ratio"] = round(
+                pg["ingest_own_tenants"]["ingest_per_s"] / mem["ingest_per_s"], 2)
+        p95 = pg["search_readers"]["p95_ms"]
+        out["pg_search_p95_ms"] = p95
+        out["pg_search_p95_within_target"] = bool(p95 <= SEARCH_P95_TARGET_MS)
     return out
 
 
@@ -454,6 +568,11 @@ def run_scale_bench(
     db_dir: Path | None = None,
     progress: bool = True,
     bm25_queries: int | None = None,
+    db: str | Path | None = None,
+    writers: int | None = None,
+    readers: int | None = None,
+    fresh: bool = False,
+    own_tenants: bool = True,
 ) -> dict[str, Any]:
     """Run the scale benchmark and return the ``scale.json`` document.
 
@@ -466,16 +585,52 @@ def run_scale_bench(
             writes and then deletes ``scale_{N}.db`` there.
         progress: show progress bars on stderr.
         bm25_queries: how many of the queries rank-bm25 answers (default: all of them).
+        db: a PostgreSQL URL: besides the SQLite baseline (a temporary file, as without
+            ``db``), every size is also measured on PostgreSQL with concurrent writer and
+            reader processes (``bench/scale_clients.py``), each measurement in a fresh
+            schema ``memstrata_scale_<N>`` of that database, dropped afterwards. A path:
+            the SQLite store goes to that file (each size replaces the previous one; the
+            last size's store is kept).
+        writers: writer processes on PostgreSQL (default 8); SQLite has one writer.
+        readers: concurrent reader processes on PostgreSQL (default 4); a single reader is
+            always measured too.
+        fresh: drop what an earlier run left (``memstrata_scale_*`` schemas, or the file
+            at ``db``); without it such leftovers are an error and nothing is touched.
+        own_tenants: with a URL, also time the ingest with one tenant per writer.
 
     Returns:
         ``{"meta": {...}, "<N>": {"memstrata": {...}, "rank_bm25": {...},
-        "speedup_p50": ...}, ...}``.
+        "speedup_p50": ...}, ...}``; with a URL each size adds ``postgres`` (``ingest``,
+        ``search_1_reader``, ``search_readers``, ``ingest_own_tenants``),
+        ``pg_ingest_ratio`` (PostgreSQL's concurrent ingest rate over SQLite's), and
+        ``pg_search_p95_ms`` with ``pg_search_p95_within_target``.
+
+    Raises:
+        ValueError: bad sizes or counts; ``writers``/``readers`` without a URL; leftovers
+            of an earlier run without ``fresh``.
     """
     if not sizes or any(n <= 0 for n in sizes):
         raise ValueError("sizes must be positive integers")
     if queries <= 0 or bm25_sample <= 0:
         raise ValueError("queries and bm25_sample must be positive")
     n_bm25 = queries if bm25_queries is None else max(1, min(bm25_queries, queries))
+    from memstrata.memory.store.opener import describe, is_url
+
+    plan: PgPlan | None = None
+    db_file: Path | None = None
+    if db is not None and is_url(db):
+        plan = PgPlan(url=str(db), writers=8 if writers is None else writers,
+                      readers=4 if readers is None else readers, own_tenants=own_tenants)
+        if plan.writers <= 0 or plan.readers <= 0:
+            raise ValueError("writers and readers must be positive")
+    else:
+        if (writers is not None and writers != 1) or readers is not None:
+            raise ValueError("--writers and --readers need a PostgreSQL --db URL: the SQLite "
+                             "store has one writer, and its search is timed single-threaded")
+        if db is not None:
+            db_file = Path(db)
+            if db_file.exists() and not fresh:
+                raise ValueError(f"{db_file} exists: pass --fresh to replace it")
     doc: dict[str, Any] = {"meta": {
         "benchmark": "scale",
         "sizes": list(sizes),
@@ -519,16 +674,79 @@ def run_scale_bench(
             "db_mb is the database file after close (WAL checkpointed).",
         ],
     }}
+    if db_file is not None:
+        doc["meta"]["db"] = str(db_file)
+    if plan is not None:
+        from . import scale_clients as clients
+
+        dropped = clients.prepare_database(plan.url, fresh=fresh)
+        doc["meta"]["postgres"] = _postgres_meta(plan, describe(plan.url), dropped)
+        doc["meta"]["notes"] += _postgres_notes(plan)
     with tempfile.TemporaryDirectory(prefix="memstrata-scale-") as tmp:
         where = Path(db_dir) if db_dir is not None else Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
         for n in sizes:
             doc[str(n)] = _run_size(n, queries=queries, bm25_queries=n_bm25,
-                                    bm25_sample=bm25_sample, seed=seed, db_dir=where,
-                                    progress=progress)
+                                    bm25_sample=bm25_sample, seed=seed,
+                                    db_path=db_file or where / f"scale_{n}.db",
+                                    keep_db=db_file is not None, progress=progress,
+                                    postgres=plan)
             gc.collect()
     doc["meta"]["peak_rss_mb"] = round(_maxrss_mb(), 1)
     return doc
+
+
+def _postgres_meta(plan: PgPlan, where: str, dropped: list[str]) -> dict[str, Any]:
+    from . import scale_clients as clients
+
+    return {
+        "url": where,  # without its password
+        "server_version": clients.server_version(plan.url),
+        "server_on_this_machine": clients.server_is_local(plan.url),
+        "writers": plan.writers,
+        "readers": plan.readers,
+        "own_tenants": plan.own_tenants,
+        "schemas": f"{clients.SCHEMA_PREFIX}<N> (dropped after each size)",
+        "dropped_at_start": dropped,
+        "ingest_ratio_target": INGEST_RATIO_TARGET,
+        "search_p95_target_ms": SEARCH_P95_TARGET_MS,
+    }
+
+
+def _postgres_notes(plan: PgPlan) -> list[str]:
+    from . import scale_clients as clients
+
+    cores = os.cpu_count()
+    notes = [
+        "memstrata (each size's 'memstrata' entry) is the SQLite store, the single-writer, "
+        "single-reader baseline; 'postgres' is the PostgreSQL store at --db, in a fresh "
+        f"schema {clients.SCHEMA_PREFIX}<N> per size.",
+        f"PostgreSQL ingest: the items are cut into {plan.writers} contiguous shares, one per "
+        "writer process (spawned; each opens its own store), each added in the same batches "
+        f"of {BATCH:,} items as SQLite's (add_many inside store.transaction()). ingest_per_s "
+        "= all items / (last writer's end - first writer's start), building the items "
+        "included as for SQLite; pg_ingest_ratio = that / SQLite's ingest_per_s (target "
+        f">= {INGEST_RATIO_TARGET:g}). Edges are added afterwards, split the same way.",
+        "Every writer writes the main tenant's items (every batch holds all tenants), and "
+        "PgStore.add_many takes each tenant's advisory lock (pg_advisory_xact_lock, "
+        "_lock_writers) for its whole transaction: writers of one tenant run one batch at a "
+        "time. lock_wait_s is the time each writer spent waiting for those locks. "
+        "ingest_own_tenants gives each writer tenants of its own (names suffixed .w<i>; no "
+        "edges), the case where the locks never meet.",
+        f"PostgreSQL search: search_1_reader is one reader process; search_readers is "
+        f"{plan.readers} reader processes running the whole query list at once, p50/p95 over "
+        "all their queries (Retriever(store, embedder=None).search, k=10); "
+        f"pg_search_p95_ms is that p95 (target <= {SEARCH_P95_TARGET_MS:g} ms). Searches "
+        "start after VACUUM (ANALYZE) of the schema's tables (vacuum_analyze_s, untimed in "
+        "the ingest rate): the planner's statistics as autovacuum leaves them, not the "
+        "statistics-less plans right after a bulk load.",
+    ]
+    if clients.server_is_local(plan.url):
+        notes.append(
+            f"The PostgreSQL server runs on this machine ({cores} cores): the client "
+            "processes and the server share these cores, so concurrent figures are bounded "
+            "by them, not by the clients alone.")
+    return notes
 
 
 def _code_versions() -> dict[str, str]:
@@ -569,11 +787,49 @@ def format_scale_table(doc: dict[str, Any]) -> str:
         )
     if any(doc[k]["rank_bm25"]["sampled"] for k in _size_keys(doc)):
         lines.append("* rank-bm25 indexed a random sample: its latency understates the full cost")
+    if "postgres" in doc["meta"]:
+        lines += ["", *_postgres_table(doc)]
     return "\n".join(lines)
 
 
+def _postgres_table(doc: dict[str, Any]) -> list[str]:
+    """The PostgreSQL rows (markdown): concurrent ingest and search vs SQLite's baseline."""
+    pg_meta = doc["meta"]["postgres"]
+    w, r = pg_meta["writers"], pg_meta["readers"]
+    ratio_t, p95_t = pg_meta["ingest_ratio_target"], pg_meta["search_p95_target_ms"]
+    lines = [
+        f"PostgreSQL ({w} writer processes, {r} reader processes) vs SQLite (1 writer, "
+        f"1 reader); {doc['meta']['machine']['cpu_count']} cores"
+        + (", shared with the server" if pg_meta["server_on_this_machine"] else ""),
+        "",
+        f"| N | SQLite ingest/s | PG ingest/s | ratio (>= {ratio_t:g}x) | PG lock wait "
+        f"| PG own-tenants ingest/s | ratio | SQLite p50 / p95 ms | PG 1 reader p50 / p95 ms "
+        f"| PG {r} readers p50 / p95 ms | p95 <= {p95_t:g} ms |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for key in _size_keys(doc):
+        row = doc[key]
+        m, pg = row["memstrata"], row["postgres"]
+        ing, one, many = pg["ingest"], pg["search_1_reader"], pg["search_readers"]
+        own = pg.get("ingest_own_tenants")
+        wait = ing["lock_wait_share"]
+        own_rate = "-" if own is None else f"{own['ingest_per_s']:,.0f}"
+        own_ratio = "-" if own is None else f"{row['pg_own_tenants_ingest_ratio']:.2f}x"
+        lines.append(
+            f"| {int(key):,} | {m['ingest_per_s']:,.0f} | {ing['ingest_per_s']:,.0f} "
+            f"| {row['pg_ingest_ratio']:.2f}x "
+            f"| {'-' if wait is None else f'{wait:.0%}'} | {own_rate} | {own_ratio} "
+            f"| {m['p50_ms']:.2f} / {m['p95_ms']:.2f} | {one['p50_ms']:.2f} / {one['p95_ms']:.2f} "
+            f"| {many['p50_ms']:.2f} / {many['p95_ms']:.2f} "
+            f"| {'yes' if row['pg_search_p95_within_target'] else 'no'} |")
+    lines.append("PG lock wait: the writers' time waiting for the tenants' advisory write locks, "
+                 "as a share of writers x wall time.")
+    return lines
+
+
 def write_scale_outputs(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
-    """Write ``scale.json`` and ``scale.png`` (p50/p95 vs size, log-log) into ``out_dir``.
+    """Write ``scale.json`` and ``scale.png`` (p50/p95 vs size, log-log; with PostgreSQL
+    figures, its concurrent readers' p50/p95 and the p95 target too) into ``out_dir``.
 
     Returns the two paths written.
     """
@@ -600,6 +856,14 @@ def write_scale_outputs(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
                     ax.annotate(f"sample of {doc[k][system]['sample_size']:,}",
                                 (x, doc[k][system]["p50_ms"]), textcoords="offset points",
                                 xytext=(-10, 8), ha="right", fontsize=8, color=color)
+    if "postgres" in doc["meta"]:
+        pg_meta = doc["meta"]["postgres"]
+        for stat, style in (("p50_ms", "-^"), ("p95_ms", "--v")):
+            ys = [doc[k]["postgres"]["search_readers"][stat] for k in keys]
+            ax.plot(xs, ys, style, color="tab:green",
+                    label=f"PostgreSQL, {pg_meta['readers']} readers {stat[:3]}")
+        ax.axhline(pg_meta["search_p95_target_ms"], color="tab:red", lw=0.8, ls=":",
+                   label="PostgreSQL p95 target")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("items in the tenant (N)")
