@@ -104,7 +104,11 @@ def _check_all(store: Any, vectors: dict[str, np.ndarray], user: str = "u1") -> 
         assert _dense(store, user, query, 3, model="none") == []
 
 
-def test_dense_refs_rank_as_numpy_does(backend: Any) -> None:
+@pytest.mark.parametrize("in_process", [0, 10**6])  # PostgreSQL: in SQL, or in NumPy
+def test_dense_refs_rank_as_numpy_does(backend: Any, in_process: int,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    if hasattr(backend, "IN_PROCESS_VECTORS"):
+        monkeypatch.setattr(backend, "IN_PROCESS_VECTORS", in_process)
     mine = _fill(backend, "u1", seed=1)
     other = _fill(backend, "u2", seed=2)
     _check_all(backend, mine)
@@ -114,7 +118,10 @@ def test_dense_refs_rank_as_numpy_does(backend: Any) -> None:
     assert {i for i, _ in _dense(backend, "u2", query, 100)} == set(other) - {GHOST + "u2"}
 
 
-def test_dense_refs_follow_deletes_and_other_models(backend: Any) -> None:
+def test_dense_refs_follow_deletes_and_other_models(backend: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    if hasattr(backend, "IN_PROCESS_VECTORS"):
+        monkeypatch.setattr(backend, "IN_PROCESS_VECTORS", 0)  # the SQL path
     vectors = _fill(backend, "u1", seed=4)
     query = _unit(np.random.default_rng(9), 1)[0]
     best = _reference(vectors, query, 1, lambda i: True)[0][0]
@@ -154,6 +161,7 @@ def pg_open(pg_url: str) -> Iterator[Callable[[], Any]]:
 
     def open_store() -> Any:
         opened.append(PgStore.open(pg_url, embedder=None))
+        opened[-1].IN_PROCESS_VECTORS = 0  # every tenant ranked in SQL, however small
         return opened[-1]
 
     yield open_store
@@ -209,6 +217,22 @@ def test_pg_ranks_in_sql_with_pgvector(pg_open: Callable[[], Any], pg_url: str,
         plan = "\n".join(r[0] for r in psycopg.ClientCursor(conn).execute(
             "EXPLAIN " + statement + " LIMIT 5", args))
     assert "embeddings_tenant" in plan and "Limit" in plan
+
+
+@pytest.mark.postgres
+def test_pg_keeps_a_small_tenants_matrix_in_the_process(pg_open: Callable[[], Any],
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    store = pg_open()
+    vectors = _fill(store, "u1", seed=3)
+    monkeypatch.setattr(store, "IN_PROCESS_VECTORS", len(vectors))
+    calls = _spy_vectors(store, monkeypatch)
+    _check_all(store, vectors)
+    assert calls and set(calls) == {"u1"}  # the cached matrix, not SQL
+    monkeypatch.setattr(store, "IN_PROCESS_VECTORS", len(vectors) - 1)
+    calls.clear()
+    _check_all(store, vectors)
+    assert calls == []  # one vector more than the bound: pgvector
 
 
 @pytest.mark.postgres
