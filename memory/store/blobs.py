@@ -6,7 +6,7 @@ slices of it ever leave.
 
 Part of the store (moved here from ``memory/blobs.py``, which re-exports its names):
 ``store.blobs`` is a ``Blobs`` over the store. Its queries: ``put`` (an upsert on
-``(user_id, key)``), ``info``, ``text`` (memoised on SQLite by ``_cached``), ``keys``,
+``(user_id, key)``), ``info``, ``text`` (memoised by the store's ``_cached``), ``keys``,
 ``export`` (every blob of a tenant, for ``formats/dump.py``) and ``delete``; every one
 filters by tenant.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -120,11 +120,7 @@ class Blobs(StoreTables):
             rows = self._select(user_id, "SELECT text FROM blobs WHERE user_id = ? AND key = ?",
                                 (user_id, key))
             return None if not rows else rows[0]["text"]
-        return self._memo(("blob", user_id, key), load)
-
-    def _memo(self, key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
-        """``load()``, memoised under ``key`` until the data changes (the store's cache)."""
-        return self.store._cached(key, load)
+        return self.store._cached(("blob", user_id, key), load)
 
     def keys(self, user_id: str) -> list[str]:
         """This tenant's blob keys, sorted."""

@@ -20,11 +20,10 @@ SQLite store's contracts, checked by the same conformance tests
 - The lexical channel (``lexical.py``): FTS5's bm25 computed in SQL over posting tables
   that every write path keeps in its transaction, with each tenant's own statistics.
 - The rest of the ``SearchStore`` part (``search.py``): refs, ids and facets, summary
-  rows, search filters, the tag channel (``items.tags`` jsonb, GIN-indexed), a tenant's
-  vectors (read into NumPy, cached in the process), the dense channel (``dense_refs``),
-  ``reading`` (a repeatable-read
-  snapshot) and ``data_version`` (moving with the database snapshot: every process's
-  commits).
+  rows, search filters, the tag channel (``item_tags``, kept with the lexical index), a
+  tenant's vectors (read into NumPy, cached in the process), the dense channel
+  (``dense_refs``), ``reading`` (a repeatable-read snapshot) and ``data_version`` (moving
+  with the database snapshot: every process's commits).
 - Tenancy: every query filters by ``user_id``, and row-level security keyed on the tenant
   (``app.tenant``, set in every transaction) is the second wall, on by default: the
   store's queries run as a role RLS binds (``schema.py``, ``connection.py``).

@@ -10,8 +10,6 @@ the pool's transaction set to the statement's tenant (row-level security), JSON 
 
 - ``Blobs.put``'s upsert is ``ON CONFLICT (user_id, key) DO UPDATE``, which, like
   SQLite's ``INSERT OR REPLACE``, gives the replaced blob a new ``rowid``.
-- ``Blobs.text`` is not memoised (SQLite's cache is keyed on its ``data_version``, which
-  this backend has not got yet): each call reads.
 - ``Runs.prune`` compares times as ``timestamptz`` (SQLite: ``julianday``) and reads an
   item's evidence with ``jsonb_array_elements_text`` (SQLite: ``json_each``).
 - ``Runs.log_event`` returns the new event's id by ``RETURNING id``.
@@ -29,7 +27,7 @@ step's input) and NaN or infinity in a JSON value (a verdict's score); either ra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -77,9 +75,6 @@ class PgBlobs(_PgTables, Blobs):
               " UPDATE SET rowid = DEFAULT, text = EXCLUDED.text, chars = EXCLUDED.chars,"
               " lines = EXCLUDED.lines, sha256 = EXCLUDED.sha256,"
               " metadata = EXCLUDED.metadata, recorded_at = EXCLUDED.recorded_at")
-
-    def _memo(self, key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
-        return load()
 
 
 class PgRuns(_PgTables, Runs):

@@ -135,12 +135,11 @@ class PgItems(PgConversations, ItemWrites):
                 ids[n] = item.id or _new_id(ITEM_PREFIX)
                 new.append((item, ids[n], digest))
             rowids = self._insert_items(new, now)
-            by_user: dict[str, list[tuple[int, list[str], list[str]]]] = {}
+            by_user: dict[str, list[tuple[int, Item]]] = {}
             for item, item_id, _ in new:
-                by_user.setdefault(item.user_id, []).append(
-                    (rowids[item_id], self._item_tokens(item), []))  # type: ignore[attr-defined]
-            for user, docs in by_user.items():
-                self._write(user, "item", docs)  # type: ignore[attr-defined]
+                by_user.setdefault(item.user_id, []).append((rowids[item_id], item))
+            for user, rows in by_user.items():
+                self._index_items(user, rows)  # type: ignore[attr-defined]
             for n in merges:
                 ids[n] = self._add_one(items[n], now)[0]
             embedder = self.embedder

@@ -31,8 +31,10 @@ rounding); with several, a tenant's ranking depends on its own rows only.
 
 **Common terms** (``common_share``, ``common_min_docs``, ``common_budget``, ``also``): the
 SQLite store's split, on the tenant's own counts: a common term adds its bm25 to the rows
-holding a rarer query term and scores no row by itself. Its posting list is then counted
-(an index-only range) but not scored; rows are probed for it by row.
+holding a rarer query term and scores no row by itself; rows are probed for it by row.
+Document counts come from ``lexical_terms`` (migration 7: each term's rows in any column
+and in the body, kept by the same writes), as FTS5's vocabulary table serves SQLite,
+never by counting a posting list.
 
 Writers of one tenant run one at a time: each write takes the tenant's advisory lock
 (``connection.py``) before it reads a session's neighbouring turns and rewrites their rows,
@@ -112,11 +114,10 @@ WITH q AS (
     SELECT rows::float8 AS n, tokens::float8 / rows::float8 AS avgdl FROM lexical_totals
     WHERE user_id = %(u)s AND node = %(node)s AND rows > 0
 ), idf AS (
-    SELECT q.term, q.rare, q.ord, greatest(ln((tot.n - count(*)::float8 + 0.5::float8)
-                                              / (count(*)::float8 + 0.5::float8)), 1e-6) AS idf
-    FROM q CROSS JOIN tot JOIN lexical_postings p ON p.user_id = %(u)s AND p.node = %(node)s
-        AND p.term = q.term AND {searched}
-    GROUP BY q.term, q.rare, q.ord, tot.n
+    SELECT q.term, q.rare, q.ord, greatest(ln((tot.n - d.{docs}::float8 + 0.5::float8)
+                                              / (d.{docs}::float8 + 0.5::float8)), 1e-6) AS idf
+    FROM q CROSS JOIN tot JOIN lexical_terms d ON d.user_id = %(u)s AND d.node = %(node)s
+        AND d.term = q.term AND d.{docs} > 0
 ), hits AS (
     SELECT p.row_id, idf.idf, p.body_tf + %(cw)s * p.context_tf AS f, p.length
     FROM idf JOIN lexical_postings p ON p.user_id = %(u)s AND p.node = %(node)s
@@ -147,6 +148,12 @@ WITH d AS (
     INSERT INTO lexical_postings (user_id, node, term, row_id, body_tf, context_tf, length)
     SELECT %(u)s, %(node)s, t, r, b, c, l FROM unnest(%(p_rows)s::bigint[], %(p_terms)s::text[],
         %(p_body)s::int[], %(p_context)s::int[], %(p_lengths)s::int[]) AS x(r, t, b, c, l)
+), t AS (
+    INSERT INTO lexical_terms (user_id, node, term, docs, body_docs)
+    SELECT %(u)s, %(node)s, t, count(*), count(*) FILTER (WHERE b > 0)
+    FROM unnest(%(p_terms)s::text[], %(p_body)s::int[]) AS x(t, b) GROUP BY t
+    ON CONFLICT (user_id, node, term) DO UPDATE SET docs = lexical_terms.docs + excluded.docs,
+        body_docs = lexical_terms.body_docs + excluded.body_docs
 )
 INSERT INTO lexical_totals (user_id, node, rows, tokens)
 VALUES (%(u)s, %(node)s, %(d_rows)s, %(d_tokens)s)
@@ -156,7 +163,12 @@ ON CONFLICT (user_id, node) DO UPDATE SET rows = lexical_totals.rows + excluded.
 
 _DROP = """
 WITH p AS (DELETE FROM lexical_postings WHERE user_id = %(u)s AND node = %(node)s
-           AND row_id = ANY(%(rows)s::bigint[]))
+           AND row_id = ANY(%(rows)s::bigint[]) RETURNING term, body_tf),
+t AS (UPDATE lexical_terms SET docs = docs - g.n, body_docs = body_docs - g.body
+      FROM (SELECT term, count(*) AS n, count(*) FILTER (WHERE body_tf > 0) AS body
+            FROM p GROUP BY term) g
+      WHERE lexical_terms.user_id = %(u)s AND lexical_terms.node = %(node)s
+        AND lexical_terms.term = g.term)
 DELETE FROM lexical_rows WHERE user_id = %(u)s AND node = %(node)s
     AND row_id = ANY(%(rows)s::bigint[]) RETURNING length
 """
@@ -238,7 +250,8 @@ class PgLexical(PgConnection):
             join = (f" JOIN {_TABLE[node]} t ON t.rowid = s.row_id AND t.user_id = %(u)s"
                     f" WHERE TRUE{where}")
         terms = [_term(t) for t in query_tokens] + [_term(t) for t in common]
-        query, args = _positional(_SCORE.format(searched=searched, join=join), {
+        docs = "docs" if searched == "TRUE" else "body_docs"
+        query, args = _positional(_SCORE.format(searched=searched, join=join, docs=docs), {
             "terms": terms, "rare": [True] * len(query_tokens) + [False] * len(common),
             "u": user_id, "node": node, "k": int(k), "k1": K1, "k1p1": K1 + 1.0, "b": B,
             "cw": float(context_weight) if node == "turn" else 0.0}, where_args)
@@ -313,9 +326,8 @@ class PgLexical(PgConnection):
         if not unique:
             return {}
         counts = dict(self._rows(
-            user_id, "SELECT term, count(*) FROM lexical_postings WHERE user_id = %s AND"
-            " node = %s AND term = ANY(%s) GROUP BY term",
-            (user_id, node, list({_term(t) for t in unique}))))
+            user_id, "SELECT term, docs FROM lexical_terms WHERE user_id = %s AND node = %s"
+            " AND term = ANY(%s)", (user_id, node, list({_term(t) for t in unique}))))
         return {t: int(counts.get(_term(t), 0)) for t in unique}
 
     # upkeep
@@ -395,27 +407,40 @@ class PgLexical(PgConnection):
     def _item_tokens(item: Item) -> list[str]:
         return textmod.tokens(" ".join([item.title, item.text, *item.tags]))
 
+    def _index_items(self, user_id: str, rows: Sequence[tuple[int, Item]], *,
+                     replace: Sequence[int] = ()) -> None:
+        """Index items of one tenant (rowid, item: title, text and tags; each tag, case-
+        folded, also in ``item_tags``), first dropping ``replace``'s rows. Call after the
+        rows are written."""
+        self._lock_tenant(user_id)
+        self._write(user_id, "item", [(r, self._item_tokens(i), []) for r, i in rows],
+                    replace=replace)
+        if replace:
+            self._exec(user_id, "DELETE FROM item_tags WHERE user_id = %s AND"
+                       " item_rowid = ANY(%s)", (user_id, list(replace)))
+        tagged = [(r, t) for r, i in rows for t in dict.fromkeys(t.casefold() for t in i.tags)]
+        if tagged:
+            self._exec(user_id, "INSERT INTO item_tags (user_id, tag, item_rowid) SELECT %s, t,"
+                       " r FROM unnest(%s::text[], %s::bigint[]) AS x(t, r) ON CONFLICT DO"
+                       " NOTHING", (user_id, [t for _, t in tagged], [r for r, _ in tagged]))
+
     def _index_item(self, item_id: str, item: Item) -> None:
-        """Index a newly inserted item (its title, text and tags). Call after the insert."""
+        """Index a newly inserted item. Call after the insert."""
         found = self._rows(item.user_id, "SELECT rowid FROM items WHERE user_id = %s AND"
                            " id = %s", (item.user_id, item_id))
-        self._lock_tenant(item.user_id)
-        self._write(item.user_id, "item", [(found[0][0], self._item_tokens(item), [])])
+        self._index_items(item.user_id, [(found[0][0], item)])
 
     def _reindex_item(self, rowid: int, current: Item, new: Item) -> None:
-        """Re-index an updated item (``rowid``) when its indexed text changed."""
+        """Re-index an updated item (``rowid``) when its indexed text or tags changed."""
         if (current.title, current.text, current.tags) != (new.title, new.text, new.tags):
-            self._lock_tenant(new.user_id)
-            self._write(new.user_id, "item", [(rowid, self._item_tokens(new), [])],
-                        replace=[rowid])
+            self._index_items(new.user_id, [(rowid, new)], replace=[rowid])
 
     def _unindex_item(self, user_id: str, item_id: str) -> None:
-        """Drop an item from the index. Call before it is deleted."""
+        """Drop an item from the index and its tags. Call before it is deleted."""
         found = self._rows(user_id, "SELECT rowid FROM items WHERE user_id = %s AND id = %s",
                            (user_id, item_id))
         if found:
-            self._lock_tenant(user_id)
-            self._write(user_id, "item", [], replace=[found[0][0]])
+            self._index_items(user_id, [], replace=[found[0][0]])
 
 
 def _clean(tokens: Sequence[str]) -> list[str]:

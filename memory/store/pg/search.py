@@ -346,44 +346,27 @@ class PgSearch(PgTenants):
     def tag_vocabulary(self, user_id: str) -> list[str]:
         """The tenant's distinct tags, case-folded (``str.casefold``, as SQLite stores
         them), sorted (cached)."""
-        return list(self._tag_spellings(user_id))
-
-    def _tag_spellings(self, user_id: str) -> dict[str, tuple[str, ...]]:
-        """Each case-folded tag of the tenant, sorted, with the spellings its items use
-        (cached)."""
-
-        def load() -> dict[str, tuple[str, ...]]:
-            spellings: dict[str, list[str]] = defaultdict(list)
-            for (tag,) in self._rows(
-                    user_id, "SELECT DISTINCT tag FROM items,"
-                    " jsonb_array_elements_text(items.tags) AS tag WHERE items.user_id = %s",
-                    (user_id,)):
-                spellings[tag.casefold()].append(tag)
-            return {t: tuple(spellings[t]) for t in sorted(spellings)}
-
-        return self._cached(("tags", user_id), load)  # type: ignore[no-any-return]
+        return self._cached(("tags", user_id), lambda: [  # type: ignore[no-any-return]
+            r[0] for r in self._rows(user_id, "SELECT DISTINCT tag FROM item_tags WHERE"
+                                     " user_id = %s ORDER BY tag", (user_id,))])
 
     def tagged(self, user_id: str, tags: Sequence[str], limit: int) -> list[Ref]:
         """The tenant's items carrying any of ``tags`` (case-folded, as
         :meth:`tag_vocabulary` gives them): most tags matched, then newest.
 
         Only the newest ``limit`` items of each tag are considered (an older item matching
-        several tags can therefore be missed), as on SQLite. ``limit`` < 1: none.
+        several tags can therefore be missed), as on SQLite: each tag's rows come straight
+        off ``item_tags``' primary key. ``limit`` < 1: none.
         """
-        if limit < 1:
+        if limit < 1 or not tags:
             return []
-        spellings = self._tag_spellings(user_id)
         counts: dict[int, int] = defaultdict(int)
-        for tag in tags:
-            raw = spellings.get(tag)
-            if not raw:
-                continue
-            # `?|`: any of the spellings is an element of the array (the GIN index).
-            for (rowid,) in self._rows(
-                    user_id, "SELECT rowid FROM items WHERE user_id = %s AND"
-                    " tags ?| %s::text[] ORDER BY rowid DESC LIMIT %s",
-                    (user_id, list(raw), limit)):
-                counts[rowid] += 1
+        for (rowid,) in self._rows(
+                user_id, "SELECT r.item_rowid FROM unnest(%s::text[]) AS x(tag),"
+                " LATERAL (SELECT item_rowid FROM item_tags WHERE user_id = %s AND"
+                " tag = x.tag ORDER BY item_rowid DESC LIMIT %s) r",
+                (list(dict.fromkeys(tags)), user_id, limit)):
+            counts[rowid] += 1
         best = sorted(counts, key=lambda r: (counts[r], r), reverse=True)[:limit]
         return [("item", r) for r in best]
 

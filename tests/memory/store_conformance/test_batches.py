@@ -42,3 +42,20 @@ def test_a_batch_embeds_each_new_row_once(backend: Any) -> None:
     assert sorted(found) == sorted(set(ids)) and matrix.shape[0] == 30
     want = backend.embedder.encode(["fact number 7"])[0]
     assert np.allclose(matrix[found.index(ids[7])], want)
+
+
+def test_tags_follow_batches_merges_updates_and_deletes(backend: Any) -> None:
+    ids = backend.add_many([FactItem(user_id="u", text="Ana plays the cello", tags=["Music"]),
+                            FactItem(user_id="u", text="Ana hikes", tags=["outdoors"]),
+                            FactItem(user_id="u", text="ana plays the CELLO", tags=["Cello"])])
+    assert backend.tag_vocabulary("u") == ["cello", "music", "outdoors"]
+    cello, hikes = backend.refs("u", ids[:2])[ids[0]], backend.refs("u", ids[:2])[ids[1]]
+    assert backend.tagged("u", ["music", "cello"], 10) == [cello]  # merged: both tags
+    backend.update("u", ids[1], tags=["mountains"])
+    assert backend.tagged("u", ["outdoors"], 10) == []
+    assert backend.tagged("u", ["mountains", "music"], 10) == [hikes, cello]  # newest first
+    backend.delete("u", ids[0])
+    assert backend.tagged("u", ["music", "cello"], 10) == []
+    assert backend.tag_vocabulary("u") == ["mountains"]
+    backend.forget_user("u")
+    assert backend.tag_vocabulary("u") == [] and backend.tagged("u", ["mountains"], 5) == []

@@ -172,6 +172,12 @@ def test_the_index_follows_every_write_as_on_sqlite(pair: tuple[Any, Any]) -> No
         _compare_all(sqlite, pg)
         assert pg.index_rows("turn") == sqlite.index_rows("turn")
         assert pg.index_rows("item") == sqlite.index_rows("item")
+        # Each term's kept document counts are its posting list's, recounted.
+        kept = pg._rows("u1", "SELECT node, term, docs, body_docs FROM lexical_terms"
+                        " WHERE user_id = 'u1' AND docs > 0 ORDER BY 1, 2")
+        assert kept == pg._rows(
+            "u1", "SELECT node, term, count(*), count(*) FILTER (WHERE body_tf > 0)"
+            " FROM lexical_postings WHERE user_id = 'u1' GROUP BY 1, 2 ORDER BY 1, 2")
 
 
 def test_postings_follow_updates_and_deletes(backend: Any) -> None:
