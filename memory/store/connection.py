@@ -24,7 +24,6 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,8 +37,8 @@ from ..runs import Runs
 from ..schema import LATEST_VERSION, migrate
 from .blobs import Blobs
 from .postings import Postings, RowLengths, Scored
-from .rows import Facets, Ref, _nbytes
-from .shared import EmbedderSetting
+from .rows import Facets, Ref
+from .shared import MISS, EmbedderSetting, VersionedCache
 
 
 class StoreConnection(EmbedderSetting):
@@ -62,9 +61,7 @@ class StoreConnection(EmbedderSetting):
         self._pinned: int | None = None  # PRAGMA data_version held by ``reading``
         # Inside ``reading``: rows a search already read, (tenant, ref) -> (id, facets).
         self._seen: dict[tuple[str, Ref], tuple[str, Facets]] | None = None
-        self._cache: OrderedDict[tuple[Any, ...], tuple[tuple[int, int], Any, int]] = (
-            OrderedDict())
-        self._cache_bytes = 0
+        self._cache = VersionedCache(self.CACHE_ENTRIES, self.CACHE_BYTES)
         self._rare_memo: tuple[tuple[Any, ...], tuple[list[tuple[Ref, float]], Scored | None]
                                ] | None = None
         # Row lengths for bm25 from the posting lists (postings.py); ``_touched`` holds the
@@ -216,30 +213,16 @@ class StoreConnection(EmbedderSetting):
         """
         with self._lock:
             version = self.data_version()
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] == version:
-                self._cache.move_to_end(key)
-                return hit[1]
+            hit = self._cache.get(key, version)
+            if hit is not MISS:
+                return hit
             value = compute()
-            self._uncache(key)
-            size = _nbytes(value)
-            self._cache[key] = (version, value, size)
-            self._cache_bytes += size
-            while self._cache and (len(self._cache) > self.CACHE_ENTRIES
-                                   or self._cache_bytes > self.CACHE_BYTES):
-                self._uncache(next(iter(self._cache)))
+            self._cache.put(key, version, value)
             return value
-
-    def _uncache(self, key: tuple[Any, ...]) -> None:
-        old = self._cache.pop(key, None)
-        if old is not None:
-            self._cache_bytes -= old[2]
 
     def forget_cached(self, user_id: str) -> None:
         """Drop every cached value of one tenant (other tenants' stay)."""
-        with self._lock:
-            for key in [k for k in self._cache if len(k) > 1 and k[1] == user_id]:
-                self._uncache(key)
+        self._cache.forget(user_id)
 
     def touched(self, node: str, rowids: Iterable[int]) -> None:
         """Note FTS rows this connection deleted or rewrote (row lengths re-sync)."""

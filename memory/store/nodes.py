@@ -16,9 +16,10 @@ from typing import Any
 
 from .connection import StoreConnection
 from .rows import _TABLE, Facets, Ref, node_type
+from .shared import RefLookups
 
 
-class NodeLookups(StoreConnection):
+class NodeLookups(StoreConnection, RefLookups):
     """Lookups of turn and item rows by id or rowid (see the module)."""
 
     def owner(self, node_id: str) -> str | None:
@@ -38,22 +39,7 @@ class NodeLookups(StoreConnection):
                     f" AND id IN ({','.join('?' * len(chunk))})", [user_id, *chunk]))
         return out
 
-    def ids(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, str]:
-        """The ids of the tenant's rows among ``refs`` (others are left out)."""
-        return {r: found[0] for r, found in self._rows(user_id, refs).items()}
-
-    def with_ids(self, user_id: str, ranked: Sequence[tuple[Ref, float]]
-                 ) -> list[tuple[str, float]]:
-        """``[(ref, score)]`` as ``[(id, score)]``, keeping the tenant's rows only."""
-        ids = self.ids(user_id, [r for r, _ in ranked])
-        return [(ids[r], v) for r, v in ranked if r in ids]
-
-    def facets(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, Facets]:
-        """Speaker, event time, conversation and session of the tenant's ``refs``: what
-        the search priors read of every candidate (hundreds a query)."""
-        return {r: found[1] for r, found in self._rows(user_id, refs).items()}
-
-    def _rows(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, tuple[str, Facets]]:
+    def _ref_rows(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, tuple[str, Facets]]:
         """(id, facets) of the tenant's rows among ``refs``; read once per :meth:`reading`."""
         seen = self._seen if self._seen is not None else {}
         out: dict[Ref, tuple[str, Facets]] = {}

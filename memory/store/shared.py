@@ -1,5 +1,6 @@
 """What both backends do the same way above their SQL: the embedder setting, embedding a
-batch of vectors, and adding items in one transaction.
+batch of vectors, adding items in one transaction, the in-process cache of values read
+under a data version, and ids/facets over the backend's ref lookup.
 
 Each backend supplies the engine-specific steps these call (``transaction``,
 ``_put_vectors``, ``_add_one``) and, where its engine needs it, ``_lock_writers``: the
@@ -9,6 +10,8 @@ the tenants' advisory locks there.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -18,6 +21,83 @@ import numpy as np
 
 from ..embed import Embedder, default_embedder
 from ..models import Item, utcnow
+from .rows import Facets, Ref, _nbytes
+
+MISS = object()
+"""What :meth:`VersionedCache.get` returns for a key it holds under no such version."""
+
+
+class VersionedCache:
+    """Values read from the store, each kept with the data version it was read under.
+
+    A value is served only while the version asked for is the one it was stored under (the
+    backend's ``data_version``: it moves when any process commits). Bounded: at most
+    ``entries`` values and ``max_bytes`` of arrays, least recently used dropped first.
+    Keys name their tenant second (``(what, user_id, ...)``), so :meth:`forget` drops one
+    tenant's values. Thread-safe.
+    """
+
+    def __init__(self, entries: int, max_bytes: int) -> None:
+        self.entries, self.max_bytes = entries, max_bytes
+        self._values: OrderedDict[tuple[Any, ...], tuple[tuple[int, int], Any, int]] = (
+            OrderedDict())
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...], version: tuple[int, int]) -> Any:
+        """The value under ``key`` stored at ``version``, or :data:`MISS`."""
+        with self._lock:
+            hit = self._values.get(key)
+            if hit is None or hit[0] != version:
+                return MISS
+            self._values.move_to_end(key)
+            return hit[1]
+
+    def put(self, key: tuple[Any, ...], version: tuple[int, int], value: Any) -> None:
+        """Keep ``value`` under ``key`` for ``version``, dropping the oldest past the bounds."""
+        size = _nbytes(value)
+        with self._lock:
+            self._drop(key)
+            self._values[key] = (version, value, size)
+            self._bytes += size
+            while self._values and (len(self._values) > self.entries
+                                    or self._bytes > self.max_bytes):
+                self._drop(next(iter(self._values)))
+
+    def forget(self, user_id: str) -> None:
+        """Drop every value of one tenant (other tenants' stay)."""
+        with self._lock:
+            for key in [k for k in self._values if len(k) > 1 and k[1] == user_id]:
+                self._drop(key)
+
+    def _drop(self, key: tuple[Any, ...]) -> None:
+        old = self._values.pop(key, None)
+        if old is not None:
+            self._bytes -= old[2]
+
+
+class RefLookups:
+    """``ids``, ``with_ids`` and ``facets`` over the backend's ``_ref_rows``: (id, facets)
+    of the tenant's rows among some refs, each row read once per ``reading``."""
+
+    if TYPE_CHECKING:
+        def _ref_rows(self, user_id: str, refs: Sequence[Ref]
+                      ) -> dict[Ref, tuple[str, Facets]]: ...
+
+    def ids(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, str]:
+        """The ids of the tenant's rows among ``refs`` (others are left out)."""
+        return {r: found[0] for r, found in self._ref_rows(user_id, refs).items()}
+
+    def with_ids(self, user_id: str, ranked: Sequence[tuple[Ref, float]]
+                 ) -> list[tuple[str, float]]:
+        """``[(ref, score)]`` as ``[(id, score)]``, keeping the tenant's rows only."""
+        ids = self.ids(user_id, [r for r, _ in ranked])
+        return [(ids[r], v) for r, v in ranked if r in ids]
+
+    def facets(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, Facets]:
+        """Speaker, event time, conversation and session of the tenant's ``refs``: what
+        the search priors read of every candidate (hundreds a query)."""
+        return {r: found[1] for r, found in self._ref_rows(user_id, refs).items()}
 
 
 class EmbedderSetting:

@@ -27,7 +27,7 @@ Differences from SQLite:
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Self
@@ -36,12 +36,11 @@ import numpy as np
 
 from ...locking import stored_value
 from ..filters import Filters
-from ..rows import _TABLE, TURN_PREFIX, Facets, Ref, _nbytes, _ts, node_type
+from ..rows import _TABLE, TURN_PREFIX, Facets, Ref, _ts, node_type
+from ..shared import MISS, RefLookups, VersionedCache
 from ..vectors import matrix_dense_refs
 from .conversations import vector_text
 from .tenants import PgTenants
-
-_MISS = object()
 
 
 def filters_sql(filters: Filters, node: str, alias: str) -> tuple[str, list[Any]]:
@@ -81,7 +80,7 @@ class _Search(threading.local):
     seen: dict[tuple[str, Ref], tuple[str, Facets]] | None = None  # rows read inside
 
 
-class PgSearch(PgTenants):
+class PgSearch(PgTenants, RefLookups):
     """Refs, facets, filters, tags, vectors, snapshots and the cache (see the module).
 
     On ``PgTenants``: its ``speakers`` is read through the cache here."""
@@ -103,10 +102,8 @@ class PgSearch(PgTenants):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._search = _Search()
-        self._cache: OrderedDict[tuple[Any, ...], tuple[tuple[int, int], Any, int]] = (
-            OrderedDict())
-        self._cache_bytes = 0
-        self._cache_lock = threading.Lock()  # the cache and the snapshot numbering
+        self._cache = VersionedCache(self.CACHE_ENTRIES, self.CACHE_BYTES)
+        self._snapshot_lock = threading.Lock()
         self._snapshot: tuple[str | None, int] = (None, 0)  # last seen, and its number
 
     # -- snapshots, the data version, the cache -------------------------------------------
@@ -146,7 +143,7 @@ class PgSearch(PgTenants):
 
         One snapshot text per number, so a cached value's number names the rows it was
         read from; threads seeing different snapshots merely renumber more often."""
-        with self._cache_lock:
+        with self._snapshot_lock:
             last, number = self._snapshot
             if snapshot != last:
                 self._snapshot = (snapshot, number + 1)
@@ -204,42 +201,19 @@ class PgSearch(PgTenants):
         if self._bound.conn is not None and not self._search.read_only:
             return compute()
         version = self.data_version()
-        hit = self._cache_get(key, version)
-        if hit is not _MISS and (fits is None or fits(hit)):
+        hit = self._cache.get(key, version)
+        if hit is not MISS and (fits is None or fits(hit)):
             return hit
         if self._bound.conn is None:
             with self.reading():
                 return self._cached(key, compute, fits=fits)
         value = compute()
-        size = _nbytes(value)
-        with self._cache_lock:
-            self._uncache(key)
-            self._cache[key] = (version, value, size)
-            self._cache_bytes += size
-            while self._cache and (len(self._cache) > self.CACHE_ENTRIES
-                                   or self._cache_bytes > self.CACHE_BYTES):
-                self._uncache(next(iter(self._cache)))
+        self._cache.put(key, version, value)
         return value
-
-    def _cache_get(self, key: tuple[Any, ...], version: tuple[int, int]) -> Any:
-        with self._cache_lock:
-            hit = self._cache.get(key)
-            if hit is None or hit[0] != version:
-                return _MISS
-            self._cache.move_to_end(key)
-            return hit[1]
-
-    def _uncache(self, key: tuple[Any, ...]) -> None:
-        """Drop one cached value (the caller holds ``_cache_lock``)."""
-        old = self._cache.pop(key, None)
-        if old is not None:
-            self._cache_bytes -= old[2]
 
     def forget_cached(self, user_id: str) -> None:
         """Drop every cached value of one tenant (other tenants' stay)."""
-        with self._cache_lock:
-            for key in [k for k in self._cache if len(k) > 1 and k[1] == user_id]:
-                self._uncache(key)
+        self._cache.forget(user_id)
 
     # -- refs, ids, facets, summary rows ----------------------------------------------------
 
@@ -253,21 +227,6 @@ class PgSearch(PgTenants):
                     user_id, f"SELECT id, rowid FROM {table} WHERE user_id = %s"
                     " AND id = ANY(%s)", (user_id, ids)))
         return out
-
-    def ids(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, str]:
-        """The ids of the tenant's rows among ``refs`` (others are left out)."""
-        return {r: found[0] for r, found in self._ref_rows(user_id, refs).items()}
-
-    def with_ids(self, user_id: str, ranked: Sequence[tuple[Ref, float]]
-                 ) -> list[tuple[str, float]]:
-        """``[(ref, score)]`` as ``[(id, score)]``, keeping the tenant's rows only."""
-        ids = self.ids(user_id, [r for r, _ in ranked])
-        return [(ids[r], v) for r, v in ranked if r in ids]
-
-    def facets(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, Facets]:
-        """Speaker, event time, conversation and session of the tenant's ``refs``: what
-        the search priors read of every candidate (hundreds a query)."""
-        return {r: found[1] for r, found in self._ref_rows(user_id, refs).items()}
 
     def _ref_rows(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, tuple[str, Facets]]:
         """(id, facets) of the tenant's rows among ``refs``; read once per :meth:`reading`."""

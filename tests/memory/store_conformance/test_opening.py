@@ -18,6 +18,7 @@ from memstrata.memory.store.opener import (
 
 from memstrata import Memory
 from memstrata.cli import main
+from tests.bench.test_retrieval_bench import _conversation
 
 UNREACHABLE = "postgresql://me:s3cret@127.0.0.1:1/mem"  # nothing listens on port 1
 
@@ -106,25 +107,12 @@ def test_search_and_stats_commands_take_a_url(pg_db_url: str,
     assert json.loads(capsys.readouterr().out)["items"] == 1
 
 
-def _record(make_record: Any, sample_id: str, pet: str) -> dict[str, Any]:
-    sessions = {1: [
-        {"speaker": "Alice", "dia_id": "D1:1", "text": f"I adopted a {pet} last week."},
-        {"speaker": "Bob", "dia_id": "D1:2", "text": "I started learning the violin."},
-        {"speaker": "Alice", "dia_id": "D1:3", "text": "We went hiking in the Alps."},
-    ]}
-    qa = [{"question": "What pet did Alice adopt?", "answer": pet, "evidence": ["D1:1"],
-           "category": 1},
-          {"question": "What instrument is Bob learning?", "answer": "violin",
-           "evidence": ["D1:2"], "category": 4}]
-    return make_record(sample_id, sessions=sessions, qa=qa)
-
-
 @pytest.mark.postgres
 def test_bench_retrieval_scores_postgres_beside_sqlite(pg_db_url: str, make_record: Any,
                                                        write_json: Any) -> None:
     from memstrata.bench.retrieval import run_retrieval_bench
 
-    data = write_json("two.json", [_record(make_record, f"conv-{n}", pet)
+    data = write_json("two.json", [_conversation(make_record, f"conv-{n}", pet)
                                    for n, pet in enumerate(("cat", "parrot"))])
     doc = run_retrieval_bench(data, db_path=pg_db_url, progress=False)
     pg, lite = doc["systems"]["memstrata@postgres"], doc["systems"]["memstrata"]
