@@ -112,7 +112,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from memstrata.bench.compile import BUDGETS, CompileJob, compile_qa
     from memstrata.bench.qa import QASettings
     from memstrata.cli import _embedder, _weights
-    from memstrata.memory import Store
+    from memstrata.memory.store.opener import describe, open_store
 
     _limits(args)
     budget = _budgets(args.budget, [args.optimizer]).get(args.optimizer,
@@ -126,10 +126,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
                      settings=QASettings.for_model(models.student.name), out=out,
                      budget=budget, limit=args.limit,
                      embedder=_embedder(not args.no_dense), weights=_weights(args.weights))
-    with Store.open(db) as store:
+    with open_store(db) as store:
         result = compile_qa(job, store)
     print(f"wrote {out} ({result.wall_s:.0f} s, {result.llm_calls} LLM calls; run "
-          f"{result.run_id} in {db})", file=sys.stderr)
+          f"{result.run_id} in {describe(db)})", file=sys.stderr)
     print(json.dumps({"program": result.program.model_dump(), "optimizer": result.optimizer,
                       "wall_s": result.wall_s, "llm_calls": result.llm_calls,
                       "usage": {r: u.model_dump() for r, u in result.usage.items()},
@@ -223,10 +223,11 @@ def add_compile_parsers(sub: Any, bsub: Any) -> None:
     p.add_argument("--budget", action="append", metavar="N",
                    help="the optimizer's budget (see below)")
     p.add_argument("--out", required=True, metavar="FILE", help="the program file to write")
-    p.add_argument("--db", help="store for the loaded conversations and the compile's run "
-                   "record (default FILE.db beside --out: the train and validation "
-                   "conversations are loaded as tenants, as bench locomo loads them, so they "
-                   "are never mixed into a store of your own)")
+    p.add_argument("--db", help="store (file or postgresql:// URL) for the loaded "
+                   "conversations and the compile's run record (default FILE.db beside "
+                   "--out: the train and validation conversations are loaded as tenants, as "
+                   "bench locomo loads them, so they are never mixed into a store of your "
+                   "own)")
     p.set_defaults(func=cmd_compile)
 
     p = bsub.add_parser("compile", help="uncompiled vs each optimizer's compiled program, "
