@@ -312,28 +312,43 @@ def memstrata_answerer(store: Store, handle: ModelHandle, settings: QASettings, 
     """
     return PersonalAnswerer(
         store, retriever=Retriever(store, embedder, weights), qa=qa,
-        count_tokens=handle.count_tokens,
-        settings=AnswerSettings(retrieve_k=settings.retrieve_k, budget=settings.budget))
+        count_tokens=handle.count_tokens, settings=answer_settings(settings))
+
+
+def answer_settings(settings: QASettings) -> AnswerSettings:
+    """The answer path's settings of the ``memstrata`` system under ``settings``."""
+    return AnswerSettings(retrieve_k=settings.retrieve_k, budget=settings.budget)
 
 
 def compiled_qa(path: str | Path, settings: QASettings) -> tuple[QA, ProgramRef]:
-    """The compiled ``QA`` in the program file at ``path`` (``programs.compiled``), and
-    its reference (path and checked hash).
+    """The compiled ``QA`` in the program file at ``path`` (``programs.compiled``): a
+    ``qa`` program, or the ``QA`` of an ``answerer`` one; and its reference (path and
+    checked hash).
 
     Raises:
-        ValueError: the file is no ``qa`` program, fails its hash check, or was compiled
-            for another answer style than ``settings.style`` (its demos would then teach
-            dates and abstentions the bench's key does not expect).
+        ValueError: the file holds neither, fails its hash check, or was compiled for
+            another answer style than ``settings.style`` (its demos would then teach dates
+            and abstentions the bench's key does not expect), or (an answerer) for another
+            retrieval depth or memory budget than ``settings``'.
     """
     from memstrata.programs.compiled import load_program, program_ref
 
-    ref = program_ref(path, "qa")
-    qa = load_program("qa", path)
-    assert isinstance(qa, QA)
-    if qa.style != settings.style:
-        raise ValueError(f"{path} was compiled for the answer style {qa.style.model_dump()}, "
+    ref = program_ref(path)
+    if ref.name not in ("qa", "answerer"):
+        raise ValueError(f"{path} holds the program {ref.name}, not qa or answerer")
+    program = load_program(ref.name, path)
+    if isinstance(program, PersonalAnswerer):
+        wanted = answer_settings(settings)
+        if program.settings != wanted:
+            raise ValueError(f"{path} was compiled with the answer settings "
+                             f"{program.settings.model_dump()}, not this run's "
+                             f"{wanted.model_dump()}")
+        program = program.qa
+    assert isinstance(program, QA)
+    if program.style != settings.style:
+        raise ValueError(f"{path} was compiled for the answer style {program.style.model_dump()}, "
                          f"not this run's {settings.style.model_dump()}")
-    return qa, ref
+    return program, ref
 
 
 def run_locomo_bench(
@@ -362,8 +377,8 @@ def run_locomo_bench(
             them beside the turns); extractions are cached in ``out_dir``, and their calls
             are reported under ``ingest``, apart from the answers' costs. Facts are
             written in the settings' date style, whatever ``ingest`` says.
-        program: a compiled ``qa`` program file (``memstrata compile qa``): the
-            ``memstrata`` system answers with it instead of the hand-written ``QA`` (the
+        program: a compiled ``qa`` or ``answerer`` program file (``memstrata compile``):
+            the ``memstrata`` system answers with its ``QA`` instead of the hand-written ``QA`` (the
             baselines keep that one, as the reference). Its path and SHA-256 are named
             under ``"program"`` in the result, in each memstrata run record, and in the
             answers' cache key. See ``compiled_qa`` for the errors.

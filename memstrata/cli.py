@@ -624,9 +624,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extract facts with --lm before answering (memstrata retrieves them "
                    "beside the turns); one call per chunk of >= 10 turns, cached in --out")
     p.add_argument("--program", metavar="FILE",
-                   help="a compiled qa program (memstrata compile qa): the memstrata system "
-                   "answers with it (the baselines keep the hand-written QA); locomo.json and "
-                   "every memstrata run record name the file and its SHA-256")
+                   help="a compiled qa or answerer program (memstrata compile qa|answerer): "
+                   "the memstrata system answers with its QA (the baselines keep the "
+                   "hand-written QA); locomo.json and every memstrata run record name the file "
+                   "and its SHA-256")
     p.set_defaults(func=cmd_bench_locomo)
     add_verify_parser(bsub)
 

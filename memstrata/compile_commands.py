@@ -12,8 +12,8 @@ from typing import Any
 from memstrata.agent_commands import add_model_args, model_from_args
 
 _DEFAULT_DATA = Path("..") / "shared" / "data" / "locomo" / "locomo_dev.json"
-_SPLIT_HELP = ("comma-separated LoCoMo sample ids; train, validation and held-out "
-               "conversations must be disjoint")
+_SPLIT_HELP = ("comma-separated ids: LoCoMo sample ids, or the ontology suite's levels "
+               "for sparql; train, validation and held-out units must be disjoint")
 
 
 def program_file(path: str | None, uses: tuple[str, ...], command: str) -> str | None:
@@ -56,15 +56,33 @@ def _budgets(raw: list[str] | None, optimizers: list[str]) -> dict[str, Any]:
     return out
 
 
-def _split(args: argparse.Namespace, heldout: str | None = None):
-    """The split, checked against --data: unknown or shared conversations exit here,
-    before any model loads."""
-    from memstrata.bench.compile import Split, read_split
+def _task_class(args: argparse.Namespace):
+    from memstrata.bench.compile import TASKS
 
+    return TASKS[args.program]
+
+
+def _split(args: argparse.Namespace, heldout: bool = False):
+    """The split, checked against --data: unknown or shared units exit here, before any
+    model loads. Unset --train/--val/--heldout take the program's defaults."""
+    from memstrata.bench.compile import Split
+
+    task = _task_class(args)
+    default = task.default_split
     try:
-        return read_split(args.data, Split.parse(args.train, args.val, heldout))
+        split = Split.parse(args.train or ",".join(default.train),
+                            args.val or ",".join(default.val),
+                            (args.heldout or ",".join(default.heldout)) if heldout else None,
+                            unit=task.unit)
+        # A task reads without models: a bad file or id stops here, before any loads.
+        return task.read(_data(args), split)
     except (ValueError, OSError) as exc:  # a LoCoMoError (a malformed file) is one too
         raise SystemExit(f"memstrata: {exc}") from None
+
+
+def _data(args: argparse.Namespace) -> str:
+    """--data, else the program's default data (LoCoMo's dev file for conversations)."""
+    return args.data or _task_class(args).default_data or str(_DEFAULT_DATA)
 
 
 def _limits(args: argparse.Namespace) -> None:
@@ -102,16 +120,25 @@ def _models(args: argparse.Namespace):
                   reflection=named(args.reflection_lm))
 
 
+def _task(args: argparse.Namespace, models):
+    """The program's compile task over ``models`` and the retrieval options."""
+    from memstrata.cli import _audit, _embedder, _weights
+
+    if args.data is None:  # _audit looks beside --data
+        args.data = _data(args)
+    return _task_class(args)(models, embedder=_embedder(not args.no_dense),
+                             weights=_weights(args.weights), audit=_audit(args))
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
-    """Compile a memstrata program with one of DSPy's optimizers on LoCoMo dev
-    conversations, and write it as a program file (for `bench locomo --program`,
-    `Memory.open(programs=...)`). Train and validation sets are whole conversations; each
-    question's memories are the ones bench locomo's memstrata system packs for it. The
+    """Compile one of memstrata's programs with one of DSPy's optimizers on dev data, and
+    write it as a program file (used by name: `bench locomo --program` for qa and
+    answerer, `ingest --program` for the extractor, `chat --program` for voe, `experiment
+    --program` for sparql, `Memory.open(programs=...)`). Train and validation sets are
+    whole units (LoCoMo conversations; the ontology suite's levels for sparql). The
     compile is recorded as a run in --db (every LLM call a step); its wall time and LLM
     calls are printed and kept in the file's meta."""
-    from memstrata.bench.compile import BUDGETS, CompileJob, compile_qa
-    from memstrata.bench.qa import QASettings
-    from memstrata.cli import _embedder, _weights
+    from memstrata.bench.compile import BUDGETS, CompileJob, compile_program
     from memstrata.memory.store.opener import describe, open_store
 
     _limits(args)
@@ -122,12 +149,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     models = _models(args)
     out = Path(args.out)
     db = args.db or f"{out}.db"
-    job = CompileJob(optimizer=args.optimizer, models=models, data=data,
-                     settings=QASettings.for_model(models.student.name), out=out,
-                     budget=budget, limit=args.limit,
-                     embedder=_embedder(not args.no_dense), weights=_weights(args.weights))
+    job = CompileJob(task=_task(args, models), optimizer=args.optimizer, data=data, out=out,
+                     budget=budget, limit=args.limit)
     with open_store(db) as store:
-        result = compile_qa(job, store)
+        result = compile_program(job, store)
     print(f"wrote {out} ({result.wall_s:.0f} s, {result.llm_calls} LLM calls; run "
           f"{result.run_id} in {describe(db)})", file=sys.stderr)
     print(json.dumps({"program": result.program.model_dump(), "optimizer": result.optimizer,
@@ -139,18 +164,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_bench_compile(args: argparse.Namespace) -> int:
     """For one program: the uncompiled program and each optimizer's compiled one, scored
-    side by side on held-out conversations in one run (bench locomo's memstrata F1 on the
-    held-out questions), each compile's wall time and LLM calls beside its gain. Writes
-    compile.json, compile.md and compile.png to --out, the programs to --out/programs and
-    each system's answers to --out/heldout (cached: a re-run resumes; a program whose
-    recipe is unchanged is not compiled again)."""
+    side by side on held-out units in one run (qa and answerer: bench locomo's memstrata
+    F1 on the held-out questions; each program's own measure otherwise), each compile's
+    wall time and LLM calls beside its gain. Writes compile.json, compile.md and
+    compile.png to --out, the programs to --out/programs and each system's held-out work
+    to --out/heldout (cached: a re-run resumes; a program whose recipe is unchanged is not
+    compiled again)."""
     from memstrata.bench.compile import (
         OPTIMIZERS,
         compile_table,
         run_compile_bench,
         write_compile_outputs,
     )
-    from memstrata.cli import _audit, _csv, _embedder, _report, _weights
+    from memstrata.cli import _csv, _report
 
     _limits(args)
     optimizers = _csv(args.optimizers, "--optimizers") or list(OPTIMIZERS)
@@ -158,37 +184,34 @@ def cmd_bench_compile(args: argparse.Namespace) -> int:
         raise SystemExit(f"memstrata: unknown optimizer(s) {', '.join(unknown)}; choose from "
                          f"{', '.join(OPTIMIZERS)}")
     budgets = _budgets(args.budget, optimizers)
-    data = _split(args, args.heldout)
+    data = _split(args, heldout=True)
     if not data.split.heldout:
-        raise SystemExit("memstrata: --heldout must name at least one conversation")
+        raise SystemExit("memstrata: --heldout must name at least one unit")
     _require_optuna(optimizers)
     models = _models(args)
     doc = run_compile_bench(
-        args.data, models, args.out, split=data.split, optimizers=optimizers,
-        budgets=budgets, limit=args.limit, heldout_limit=args.heldout_limit,
-        audit=_audit(args), embedder=_embedder(not args.no_dense),
-        weights=_weights(args.weights))
+        _task(args, models), data.data, args.out, split=data.split, optimizers=optimizers,
+        budgets=budgets, limit=args.limit, heldout_limit=args.heldout_limit)
     return _report(compile_table(doc), write_compile_outputs(doc, args.out))
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     from memstrata.agent_commands import lm_help
-    from memstrata.bench.compile import COMPILABLE, DEFAULT_LIMIT, DEFAULT_TRAIN, DEFAULT_VAL
+    from memstrata.bench.compile import DEFAULT_LIMIT, TASKS
 
-    p.add_argument("program", choices=COMPILABLE, metavar="PROGRAM",
-                   help=f"the program to compile: {', '.join(COMPILABLE)} (the QA of the "
-                   "answer path)")
-    p.add_argument("--data", default=str(_DEFAULT_DATA),
-                   help="LoCoMo-format JSON (default ../shared/data/locomo/locomo_dev.json)")
-    p.add_argument("--train", default=",".join(DEFAULT_TRAIN),
-                   help=f"training conversations ({_SPLIT_HELP}; default "
-                   f"{','.join(DEFAULT_TRAIN)})")
-    p.add_argument("--val", default=",".join(DEFAULT_VAL),
-                   help=f"validation conversations (default {','.join(DEFAULT_VAL)})")
+    programs = "; ".join(f"{name}: {task.summary} (split by {task.unit}; default train "
+                         f"{','.join(task.default_split.train)}, val "
+                         f"{','.join(task.default_split.val)})" for name, task in TASKS.items())
+    p.add_argument("program", choices=list(TASKS), metavar="PROGRAM",
+                   help=f"the program to compile: {programs}")
+    p.add_argument("--data", help="the program's data: LoCoMo-format JSON (default "
+                   "../shared/data/locomo/locomo_dev.json), the ontology task file for sparql "
+                   "(default the shipped tasks)")
+    p.add_argument("--train", help=f"training units ({_SPLIT_HELP}; default: the program's)")
+    p.add_argument("--val", help="validation units (default: the program's)")
     p.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
-                   help="at most N questions per train and validation set, spread over "
-                   f"conversations and categories (default {DEFAULT_LIMIT}: what the budgets "
-                   "are sized for)")
+                   help="at most N examples per train and validation set, spread over units "
+                   f"and categories (default {DEFAULT_LIMIT}: what the budgets are sized for)")
     p.add_argument("--teacher-lm", metavar="MODEL",
                    help="the model that bootstraps demos (default --lm); " + lm_help("same forms"))
     p.add_argument("--reflection-lm", metavar="MODEL",
@@ -197,6 +220,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-dense", action="store_true",
                    help="retrieval without embeddings (as bench locomo --no-dense)")
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
+    p.add_argument("--audit", help="audit corrections JSON for LoCoMo (default: "
+                   "<data>_audit_errors.json beside --data, if present): the corrected F1 "
+                   "is reported too")
     add_model_args(p)
 
 
@@ -212,7 +238,7 @@ def _budget_epilog() -> str:
 
 def add_compile_parsers(sub: Any, bsub: Any) -> None:
     """``memstrata compile`` under ``sub`` and ``memstrata bench compile`` under ``bsub``."""
-    from memstrata.bench.compile import DEFAULT_HELDOUT, OPTIMIZERS
+    from memstrata.bench.compile import OPTIMIZERS
 
     p = sub.add_parser("compile", help="compile a program with a DSPy optimizer on LoCoMo "
                        "dev conversations", description=cmd_compile.__doc__,
@@ -234,17 +260,14 @@ def add_compile_parsers(sub: Any, bsub: Any) -> None:
                         "scored on held-out conversations in one run",
                         description=cmd_bench_compile.__doc__, epilog=_budget_epilog())
     _add_common(p)
-    p.add_argument("--heldout", default=",".join(DEFAULT_HELDOUT),
-                   help=f"held-out conversations, scored only (default "
-                   f"{','.join(DEFAULT_HELDOUT)})")
+    p.add_argument("--heldout", help="held-out units, scored only (default: the program's)")
     p.add_argument("--heldout-limit", type=int,
-                   help="at most N held-out questions, spread over categories (default all)")
+                   help="at most N held-out examples (questions, chunks, messages, tasks), "
+                   "spread over categories (default all)")
     p.add_argument("--optimizers", help="comma-separated subset of "
                    f"{', '.join(OPTIMIZERS)} (default: all)")
     p.add_argument("--budget", action="append", metavar="OPT=N",
                    help="an optimizer's budget (repeatable; see below)")
-    p.add_argument("--audit", help="audit corrections JSON (default: <data>_audit_errors.json "
-                   "beside --data, if present): the corrected F1 is reported too")
     p.add_argument("--out", default="out", help="output folder (default ./out)")
     p.set_defaults(func=cmd_bench_compile)
 

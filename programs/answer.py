@@ -22,7 +22,9 @@ verification's scores, whether it answered or abstained.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -105,6 +107,24 @@ class AnswerSources:
         rough four characters a token unless ``count_tokens`` is."""
         return cls(store=store, retriever=retriever or Retriever(store), router=Router(store),
                    count_tokens=count_tokens or _rough_tokens)
+
+
+_SOURCES: ContextVar[AnswerSources | None] = ContextVar("memstrata_answer_sources", default=None)
+
+
+@contextmanager
+def answering_from(sources: AnswerSources) -> Iterator[None]:
+    """Inside the block, every ``PersonalAnswerer`` with no sources of its own (the copies
+    an optimizer makes) reads ``sources``; bound programs and ``sources=`` keep theirs.
+
+    What ``memstrata compile answerer`` runs its optimizer in: the copies stay unbound
+    (they share nothing when they leave the block) while each run finds the store.
+    """
+    token = _SOURCES.set(sources)
+    try:
+        yield
+    finally:
+        _SOURCES.reset(token)
 
 
 def _rough_tokens(text: str) -> int:
@@ -199,9 +219,11 @@ class PersonalAnswerer(dspy.Module):
 
         ``forward`` answers from it; ``bench.compile`` builds the QA trainset from it, so
         a compiled ``QA`` learns from exactly the memories it is shown when it answers.
-        Reads ``sources`` when given, else the bound ones (``UnboundProgramError``).
+        Reads ``sources`` when given, else the bound ones, else those of an enclosing
+        :func:`answering_from` (``UnboundProgramError`` when there are none).
         """
-        src = sources or self.sources.get()
+        src = sources or (self.sources.get() if self.sources.bound else _SOURCES.get()
+                          or self.sources.get())
         route = src.router.route(user_id, question, conversation_id=conversation_id, now=now)
         indexes = [src.router.index(user_id, c) for c in route.conversations]
         person = route.people[0] if len(route.people) == 1 else None

@@ -123,8 +123,8 @@ def test_compile_writes_a_loadable_program_and_records_the_run(
     assert meta["llm_calls"] == printed["llm_calls"] == made > 0
     assert printed["program"]["sha256"] == program_hash(out)
     # Only train and validation questions were seen.
-    assert {q.split("#")[0] for q in meta["train_qids"]} <= {"conv-1", "conv-2"}
-    assert {q.split("#")[0] for q in meta["val_qids"]} == {"conv-3"}
+    assert {q.split("#")[0] for q in meta["train_ids"]} <= {"conv-1", "conv-2"}
+    assert {q.split("#")[0] for q in meta["val_ids"]} == {"conv-3"}
     # The compile is one recorded run, every LLM call a step.
     with Store.open(f"{out}.db") as store:
         [run] = store.runs.list("compile")
@@ -136,16 +136,16 @@ def test_compile_writes_a_loadable_program_and_records_the_run(
 
 def test_an_interrupted_compile_is_recorded_with_its_calls(data: Path, tmp_path: Path,
                                                            scripted: Any) -> None:
-    from memstrata.bench.compile import BUDGETS, CompileJob, Models, compile_qa
+    from memstrata.bench.compile import BUDGETS, CompileJob, Models, QATask, compile_program
 
     handle = scripted(reply)
     handle.lm.engine.fail_after = 2
-    job = CompileJob(optimizer="bootstrap", models=Models(student=handle),
+    job = CompileJob(task=QATask(Models(student=handle)), optimizer="bootstrap",
                      data=read_split(data, Split.parse("conv-1,conv-2", "conv-3")),
-                     settings=QASettings(), out=tmp_path / "p.json", budget=BUDGETS["bootstrap"])
+                     out=tmp_path / "p.json", budget=BUDGETS["bootstrap"])
     with Store.open(tmp_path / "c.db") as store:
         with pytest.raises(KeyboardInterrupt):
-            compile_qa(job, store, progress=False)
+            compile_program(job, store, progress=False)
         [run] = store.runs.list("compile")
     assert run.status == "error" and run.usage["calls"] == 3  # the third one raised
     assert not job.out.exists()
@@ -186,9 +186,9 @@ def test_the_split_never_leaks_a_question(data: Path, scripted: Any) -> None:
     split = read_split(data, Split.parse("conv-1,conv-2", "conv-3", "conv-4"))
     with Store.open(":memory:") as store:
         sets = compile_sets(store, scripted(reply), QASettings(), split, limit=None)
-    heldout = {q.qid for q in split.conversations["conv-4"].questions}
-    assert sets.qids and not sets.qids & heldout
-    assert {q.split("#")[0] for q in sets.qids} == {"conv-1", "conv-2", "conv-3"}
+    heldout = {q.qid for q in split.units["conv-4"].questions}
+    assert sets.ids and not sets.ids & heldout
+    assert {q.split("#")[0] for q in sets.ids} == {"conv-1", "conv-2", "conv-3"}
 
 
 def test_a_bad_split_is_refused_before_any_model_loads(
@@ -273,7 +273,7 @@ def test_bench_compile_writes_the_documented_shape(
     # No held-out question was seen by any compile.
     for name in BUDGET:
         meta = json.loads((out / "programs" / f"{name}.json").read_text())["meta"]
-        assert not {q for q in meta["train_qids"] + meta["val_qids"] if q.startswith("conv-4")}
+        assert not {q for q in meta["train_ids"] + meta["val_ids"] if q.startswith("conv-4")}
     # Run again: every program is reused and every answer comes from the cache.
     calls = sum(len(h.lm.engine.requests) for h in model)
     assert main(args) == 0

@@ -1,28 +1,21 @@
-"""``memstrata compile`` and ``memstrata bench compile``: memstrata's ``QA`` compiled by
-DSPy's optimizers on LoCoMo dev conversations, and scored on conversations it never saw.
+"""The core of ``memstrata compile`` and ``memstrata bench compile``: one of memstrata's
+programs compiled by DSPy's optimizers on dev data, and scored on data it never saw.
 
-**The data.** Train, validation and held-out sets are whole conversations
-(leave-conversations-out): :class:`Split` refuses an unknown id, an empty train or
-validation set and any conversation in two sets, before any model loads, so no question of
-a conversation the compile saw is ever scored as held-out. Each question becomes
-``dspy.Example(question=..., memories=..., answer=gold).with_inputs("question",
-"memories")`` (:func:`qa_examples`), its ``memories`` exactly the block the ``memstrata``
-system of ``bench locomo`` shows ``QA``: the same answer path (``bench.qa.
-memstrata_answerer``: routing, hybrid retrieval, the verifier, the line packer, the
-model's own token counter, LoCoMo's answer style) over a store loaded the same way
-(``bench.locomo.load_locomo``: turns, no extracted facts), up to
-``PersonalAnswerer.prepare``, the step before the model is called. Questions the verifier
-answers itself (an abstention crediting another person) never reach ``QA`` and are left
-out. LoCoMo's category 5 (adversarial) keeps its place: its gold answer is the style's
-abstention cue ("Not mentioned"), which ``qa_metric`` scores as the bench does (1 for an
-abstention). Questions are chosen per set with ``bench.qa.select_questions`` (at most
-``limit``, spread over conversations and categories).
+What differs per program is a :class:`ProgramTask` (``TASKS``, one module each beside this
+one): which data units it splits (LoCoMo conversations; ontology levels), the program to
+start from, its metric (``programs.metrics``), its train and validation examples, and
+how a program file is scored on the held-out units. What is shared lives here:
+
+**The split.** Train, validation and held-out sets are whole units (leave-units-out):
+:class:`Split` refuses an empty train or validation set and any unit in two sets, and
+``ProgramTask.read`` refuses ids the data lacks, before any model loads, so nothing of a
+unit the compile saw is ever scored as held-out.
 
 **The optimizers**, as DSPy ships them, one model thread (a local model runs in-process):
 
-* ``bootstrap``: ``BootstrapFewShot`` with ``as_score(qa_metric)`` and a 0.5 F1 threshold;
-  the teacher (``--teacher-lm``, default the student) answers train questions until
-  ``max_bootstrapped_demos`` pass. Budget: train questions tried (one teacher call each).
+* ``bootstrap``: ``BootstrapFewShot`` with ``as_score(metric)`` and the task's threshold;
+  the teacher (``--teacher-lm``, default the student) runs train examples until
+  ``max_bootstrapped_demos`` pass. Budget: train examples tried.
 * ``mipro``: ``MIPROv2`` with explicit small settings (``auto=None``); the instruction
   writer is ``--reflection-lm`` (default ``--teacher-lm``, then the student). Budget:
   trials (each one minibatch of the validation set); the best is evaluated on the whole
@@ -30,12 +23,13 @@ abstention). Questions are chosen per set with ``bench.qa.select_questions`` (at
 * ``gepa``: ``GEPA`` with the feedback metric and ``--reflection-lm``. Budget: metric calls
   in all (the seed's evaluation on the validation set counts); resumable (``log_dir``).
 * ``simba``: ``SIMBA`` on the train set (it has no validation set: it picks its result
-  on the train questions, so ``--val`` is unused). Budget: steps.
+  on the train examples, so ``--val`` is unused). Budget: steps.
 
 :data:`BUDGETS` holds the defaults; each was chosen to finish in about half an hour with
 the embedded 1.5B model on a 2-core CPU (about 10 s an answer with the prefix cache warm)
-for BootstrapFewShot; MIPROv2 and GEPA take about three times as long, SIMBA six (the
-call counts of :data:`BUDGET_MEANS` are estimates for the default ``limit``).
+for BootstrapFewShot on ``qa``; MIPROv2 and GEPA take about three times as long, SIMBA six
+(the call counts of :data:`BUDGET_MEANS` are estimates for ``qa`` at the default
+``limit``; a program that makes several calls a run multiplies them).
 
 Every LLM call of a compile is counted by the meters of the models' handles, and the
 compile is one recorded run (``Recorder``) whose steps are the data, the optimizer and one
@@ -45,37 +39,28 @@ compile is one recorded run (``Recorder``) whose steps are the data, the optimiz
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import dspy
 from memstrata.memory import Embedder, SearchWeights, Store
 from memstrata.programs import ModelHandle
 from memstrata.programs.compiled import ProgramRef, program_ref, read_program_file, save_program
 from memstrata.programs.meter import Usage
-from memstrata.programs.metrics import as_score, qa_metric
-from memstrata.programs.qa import QA
+from memstrata.programs.metrics import Metric, as_score
 from memstrata.trajectories import Recorder
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
-
-from .locomo import LoCoMoConversation, Question, apply_audit, load_locomo, read_locomo
-from .qa import QASettings, memstrata_answerer, run_locomo_bench, select_questions
 
 Optimizer = Literal["bootstrap", "mipro", "gepa", "simba"]
 OPTIMIZERS: tuple[Optimizer, ...] = ("bootstrap", "mipro", "gepa", "simba")
-COMPILABLE = ("qa",)
-"""The programs ``memstrata compile`` compiles."""
-DEFAULT_TRAIN = ("conv-26", "conv-30", "conv-41")
-DEFAULT_VAL = ("conv-43",)
-DEFAULT_HELDOUT = ("conv-47",)
 DEFAULT_LIMIT = 40
-"""Questions per train and validation set unless told: what the budgets below were sized
+"""Examples per train and validation set unless told: what the budgets below were sized
 for (MIPROv2 summarises the train set, GEPA evaluates its seed on the validation set)."""
-THRESHOLD = 0.5
-"""F1 a bootstrapped demo must reach (BootstrapFewShot and MIPROv2's demo bootstrapping)."""
 COMPILE_TENANT = "compile"
 """The tenant a compile's run is recorded under (it spans several conversations)."""
 
@@ -124,10 +109,11 @@ def budget_help() -> str:
 
 
 class Split(BaseModel):
-    """Which conversations train, validate and test a compile (leave-conversations-out).
+    """Which units (conversations, or a suite's levels) train, validate and test a compile
+    (leave-units-out).
 
     Raises (on construction, ``ValueError``): an empty train or validation set, or a
-    conversation named in two sets. :meth:`check` refuses ids a data file lacks.
+    unit named in two sets. :meth:`check` refuses ids the data lacks.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -135,100 +121,58 @@ class Split(BaseModel):
     train: tuple[str, ...]
     val: tuple[str, ...]
     heldout: tuple[str, ...] = ()
+    unit: str = "conversation"
+    """What the ids name, for the errors."""
 
     @model_validator(mode="after")
     def _disjoint(self) -> Split:
         if not self.train or not self.val:
-            raise ValueError("--train and --val must each name at least one conversation")
+            raise ValueError(f"--train and --val must each name at least one {self.unit}")
         sets = {"--train": self.train, "--val": self.val, "--heldout": self.heldout}
         for name, ids in sets.items():
             if len(set(ids)) != len(ids):
-                raise ValueError(f"{name} names a conversation twice: {','.join(ids)}")
+                raise ValueError(f"{name} names a {self.unit} twice: {','.join(ids)}")
         seen: dict[str, str] = {}
         for name, ids in sets.items():
-            for conv in ids:
-                if conv in seen:
-                    raise ValueError(f"conversation {conv} is in both {seen[conv]} and {name}: "
-                                     "the sets must be disjoint (no question of a conversation "
+            for unit in ids:
+                if unit in seen:
+                    raise ValueError(f"{self.unit} {unit} is in both {seen[unit]} and {name}: "
+                                     f"the sets must be disjoint (nothing of a {self.unit} "
                                      "used in compiling may be scored as held-out)")
-                seen[conv] = name
+                seen[unit] = name
         return self
 
     @classmethod
-    def parse(cls, train: str, val: str, heldout: str | None = None) -> Split:
+    def parse(cls, train: str, val: str, heldout: str | None = None, *,
+              unit: str = "conversation") -> Split:
         """A split from comma-separated ids (``conv-26,conv-30``)."""
 
         def ids(raw: str | None) -> tuple[str, ...]:
             return tuple(x.strip() for x in (raw or "").split(",") if x.strip())
 
-        return cls(train=ids(train), val=ids(val), heldout=ids(heldout))
+        return cls(train=ids(train), val=ids(val), heldout=ids(heldout), unit=unit)
 
     def check(self, available: Iterable[str], data: str | Path) -> None:
         """Raise ``ValueError`` naming every id of the split that ``data`` lacks."""
         known = set(available)
         missing = [c for c in (*self.train, *self.val, *self.heldout) if c not in known]
         if missing:
-            raise ValueError(f"no conversation {', '.join(missing)} in {data} (it holds "
+            raise ValueError(f"no {self.unit} {', '.join(missing)} in {data} (it holds "
                              f"{', '.join(sorted(known))})")
 
 
 @dataclass
 class SplitData:
-    """A split's conversations, read from the data file and checked against it."""
+    """A split's units (LoCoMo conversations, a suite's tasks by level), read from the
+    data and checked against it."""
 
     split: Split
     data: str
-    conversations: dict[str, LoCoMoConversation]
+    units: dict[str, Any]
 
-    def of(self, ids: Sequence[str]) -> list[LoCoMoConversation]:
-        """The conversations of ``ids``, in that order."""
-        return [self.conversations[c] for c in ids]
-
-
-def read_split(data: str | Path, split: Split, audit: str | Path | None = None) -> SplitData:
-    """Read ``data`` and check ``split`` against it; nothing else (no model, no store).
-
-    Raises:
-        ValueError: a conversation of the split is not in the file.
-        LoCoMoError: the file is not LoCoMo's format.
-    """
-    convs = read_locomo(data)
-    split.check((c.sample_id for c in convs), data)
-    wanted = {*split.train, *split.val, *split.heldout}
-    kept = [c for c in convs if c.sample_id in wanted]
-    if audit:
-        apply_audit(kept, audit)
-    return SplitData(split=split, data=str(data), conversations={c.sample_id: c for c in kept})
-
-
-def qa_examples(store: Store, handle: ModelHandle, settings: QASettings,
-                questions: Sequence[Question], *, embedder: Embedder | None = None,
-                weights: SearchWeights | None = None) -> list[dspy.Example]:
-    """The QA examples of ``questions``, their memories as ``bench locomo``'s memstrata
-    system packs them (the questions' conversations must be loaded in ``store``).
-
-    Each example has the inputs ``question`` and ``memories`` and the labels ``answer``
-    (the gold answer; the style's abstention cue for category 5), ``evidence`` (gold turn
-    ids; none for category 5), ``category`` and ``qid``. Questions the verifier answers
-    without ``QA``, and questions without a gold answer outside category 5, are left out.
-    """
-    style = settings.style
-    answerer = memstrata_answerer(store, handle, settings, qa=QA(style), embedder=embedder,
-                                  weights=weights)
-    out = []
-    for q in questions:
-        adversarial = q.category == 5
-        if not adversarial and not q.answer:
-            continue
-        ready = answerer.prepare(q.question, q.sample_id)
-        if ready.packed is None:  # the verifier answers it: QA is never shown it
-            continue
-        out.append(dspy.Example(
-            question=q.question, memories=ready.memories,
-            answer=style.abstain_cue if adversarial else q.answer,
-            evidence=[] if adversarial else list(q.evidence), category=q.category, qid=q.qid,
-        ).with_inputs("question", "memories"))
-    return out
+    def of(self, ids: Sequence[str]) -> list[Any]:
+        """The units of ``ids``, in that order."""
+        return [self.units[c] for c in ids]
 
 
 @dataclass
@@ -239,29 +183,20 @@ class CompileSets:
     val: list[dspy.Example]
 
     @property
-    def qids(self) -> set[str]:
-        """Every question id the compile sees."""
-        return {str(e.qid) for e in (*self.train, *self.val)}
+    def ids(self) -> set[str]:
+        """Every example id (``example.id``) the compile sees."""
+        return {str(e.id) for e in (*self.train, *self.val)}
 
 
-def compile_sets(store: Store, handle: ModelHandle, settings: QASettings, data: SplitData, *,
-                 limit: int | None = DEFAULT_LIMIT, embedder: Embedder | None = None,
-                 weights: SearchWeights | None = None) -> CompileSets:
-    """Load the train and validation conversations into ``store`` (as ``bench locomo``
-    loads them) and build their examples (:func:`qa_examples`), at most ``limit``
-    questions a set before the verifier's own answers are left out."""
-    convs = data.of([*data.split.train, *data.split.val])
-    load_locomo(store, convs, embedder=embedder)
+class HeldoutScore(BaseModel):
+    """One system's score on the held-out units: ``score`` is the task's headline
+    (``ProgramTask.headline``), ``metrics`` its other figures (JSON values)."""
 
-    def examples(ids: Sequence[str]) -> list[dspy.Example]:
-        questions = select_questions(data.of(ids), categories=None, limit=limit)
-        return qa_examples(store, handle, settings, questions, embedder=embedder,
-                           weights=weights)
-
-    sets = CompileSets(train=examples(data.split.train), val=examples(data.split.val))
-    if not sets.train or not sets.val:
-        raise ValueError("the train or validation set has no question QA would be asked")
-    return sets
+    score: float | None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    llm_calls: int = 0
+    items: int = 0
+    """Examples scored (questions, chunks, tasks)."""
 
 
 @dataclass
@@ -300,8 +235,82 @@ class Models:
                 "reflection_lm": (self.reflection or self.teacher or self.student).name}
 
 
+class ProgramTask(ABC):
+    """How one program is compiled and scored: one subclass a program, in ``TASKS`` by the
+    name ``memstrata compile`` takes. Built per command from the models and the options
+    the task reads (:meth:`options`); it holds no store (the compile's is passed in).
+
+    Class attributes: ``program`` (the name its file records: ``programs.compiled.
+    BUILDERS``), ``summary`` (one line of ``--help``), ``unit`` (what the split's ids
+    name), ``headline`` (the held-out score's key in ``compile.json``), ``threshold`` (the
+    score a bootstrapped demo must reach), ``default_split``, ``default_data`` and
+    ``columns`` (metrics shown in the table beside the headline).
+    """
+
+    program: ClassVar[str]
+    summary: ClassVar[str]
+    unit: ClassVar[str] = "conversation"
+    headline: ClassVar[str]
+    threshold: ClassVar[float] = 0.5
+    default_split: ClassVar[Split]
+    default_data: ClassVar[str | None] = None
+    """The data ``--data`` defaults to (None: LoCoMo's dev file in ``../shared``)."""
+    columns: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, models: Models, *, embedder: Embedder | None = None,
+                 weights: SearchWeights | None = None, audit: str | Path | None = None,
+                 ) -> None:
+        self.models = models
+        self.embedder = embedder
+        self.weights = weights
+        self.audit = audit
+
+    @classmethod
+    @abstractmethod
+    def read(cls, data: str | Path, split: Split) -> SplitData:
+        """The split's units from ``data``; no model, no store (the commands check a split
+        with it before any model loads).
+
+        Raises:
+            ValueError: an id of the split is not in ``data``, or ``data`` is malformed.
+        """
+
+    @abstractmethod
+    def student(self) -> dspy.Module:
+        """The uncompiled program the optimizers start from."""
+
+    @abstractmethod
+    def metric(self) -> Metric:
+        """The program's metric with feedback (``programs.metrics``)."""
+
+    @abstractmethod
+    def sets(self, store: Store, data: SplitData, limit: int | None) -> CompileSets:
+        """Load what the train and validation units need into ``store`` and build their
+        examples (at most ``limit`` a set). Every example carries an ``id``.
+
+        Raises:
+            ValueError: a set has no example.
+        """
+
+    @abstractmethod
+    def score(self, data: SplitData, program: ProgramRef | None, out: Path, *,
+              limit: int | None, progress: bool) -> HeldoutScore:
+        """Score ``program`` (``None``: the uncompiled one) on the held-out units, caching
+        what it computes in ``out`` so a re-run resumes."""
+
+    def options(self) -> dict[str, Any]:
+        """What else makes a compile the same compile (settings, retrieval): part of the
+        recipe a reused program file must match."""
+        return {}
+
+    def running(self, store: Store) -> AbstractContextManager[None]:
+        """A context the optimizers run in (the program's live resources bound for every
+        copy they make, when it has any)."""
+        return nullcontext()
+
+
 class _Counted:
-    """``qa_metric`` with a progress bar: one tick per metric call (per program run)."""
+    """A metric with a progress bar: one tick per metric call (per program run)."""
 
     def __init__(self, metric: Callable[..., dspy.Prediction], bar: tqdm) -> None:
         self.metric = metric
@@ -315,9 +324,12 @@ class _Counted:
 
 
 def optimize(optimizer: Optimizer, student: dspy.Module, sets: CompileSets, models: Models,
-             budget: Budget, *, log_dir: Path | None = None, progress: bool = True
-             ) -> dspy.Module:
+             budget: Budget, *, metric: Metric, threshold: float, log_dir: Path | None = None,
+             progress: bool = True) -> dspy.Module:
     """Run one DSPy optimizer on ``student`` as DSPy ships it; returns the compiled copy.
+
+    ``metric`` returns a score with feedback; ``threshold`` is the score a bootstrapped
+    demo must reach (BootstrapFewShot, MIPROv2's demo bootstrapping).
 
     ``log_dir`` is GEPA's: a compile run again with the same folder resumes from it. The
     program runs on one thread (a local model is one in-process engine), and failed runs
@@ -329,12 +341,12 @@ def optimize(optimizer: Optimizer, student: dspy.Module, sets: CompileSets, mode
     total = {"bootstrap": min(budget.main, len(train)), "gepa": None}.get(optimizer)
     bar = tqdm(total=total, desc=f"compile {optimizer}", unit="run",
                disable=not progress or optimizer == "gepa")
-    metric = _Counted(qa_metric, bar)
+    counted = _Counted(metric, bar)
     errors = 10 * (len(train) + len(val)) + 100  # never stop on unparsable replies
     with bar, dspy.context(lm=models.student.lm, max_errors=errors):
         if optimizer == "bootstrap":
             return dspy.BootstrapFewShot(
-                metric=as_score(metric), metric_threshold=THRESHOLD, teacher_settings=teacher,
+                metric=as_score(counted), metric_threshold=threshold, teacher_settings=teacher,
                 max_bootstrapped_demos=budget.max_bootstrapped_demos,
                 max_labeled_demos=budget.max_labeled_demos, max_rounds=1, max_errors=errors,
             ).compile(student, trainset=train[:budget.main])
@@ -344,17 +356,17 @@ def optimize(optimizer: Optimizer, student: dspy.Module, sets: CompileSets, mode
             require("optuna", "optimize", "MIPROv2 (memstrata compile --optimizer mipro)")
             size = min(budget.minibatch_size, len(val))
             return dspy.MIPROv2(
-                metric=metric, prompt_model=models.reflection_lm, task_model=models.student.lm,
+                metric=counted, prompt_model=models.reflection_lm, task_model=models.student.lm,
                 teacher_settings=teacher, max_bootstrapped_demos=budget.max_bootstrapped_demos,
                 max_labeled_demos=budget.max_labeled_demos, auto=None,
                 num_candidates=budget.num_candidates, num_threads=1, max_errors=errors,
-                metric_threshold=THRESHOLD, verbose=False, track_stats=False, seed=0,
+                metric_threshold=threshold, verbose=False, track_stats=False, seed=0,
             ).compile(student, trainset=train, valset=val, num_trials=budget.main,
                       minibatch=len(val) > size, minibatch_size=size,
                       minibatch_full_eval_steps=budget.main)
         if optimizer == "gepa":
             return dspy.GEPA(
-                metric=metric, max_metric_calls=budget.main, reflection_lm=models.reflection_lm,
+                metric=counted, max_metric_calls=budget.main, reflection_lm=models.reflection_lm,
                 reflection_minibatch_size=budget.minibatch_size, num_threads=1,
                 log_dir=str(log_dir) if log_dir is not None else None, track_stats=False,
                 seed=0,
@@ -364,7 +376,7 @@ def optimize(optimizer: Optimizer, student: dspy.Module, sets: CompileSets, mode
             # the validation questions too would add up to 3 runs of each to the end.
             pool = train
             return dspy.SIMBA(
-                metric=metric, bsize=min(budget.minibatch_size, len(pool)),
+                metric=counted, bsize=min(budget.minibatch_size, len(pool)),
                 num_candidates=budget.num_candidates, max_steps=budget.main,
                 max_demos=budget.max_bootstrapped_demos, prompt_model=models.reflection_lm,
                 teacher_settings=teacher, num_threads=1,
@@ -386,64 +398,62 @@ class CompileResult(BaseModel):
 
 @dataclass
 class CompileJob:
-    """Everything one compile of ``QA`` needs, and what it records in the file's ``meta``."""
+    """Everything one compile needs, and what it records in the file's ``meta``."""
 
+    task: ProgramTask
     optimizer: Optimizer
-    models: Models
     data: SplitData
-    settings: QASettings
     out: Path
     budget: Budget
     limit: int | None = DEFAULT_LIMIT
-    embedder: Embedder | None = None
-    weights: SearchWeights | None = None
 
     def recipe(self) -> dict[str, Any]:
         """What makes a compile the same compile: a file whose ``meta`` holds this recipe
         is reused by ``bench compile`` instead of compiled again."""
-        return {"program": "qa", "optimizer": self.optimizer, **self.models.names(),
-                "data": self.data.data, "train": list(self.data.split.train),
-                "val": list(self.data.split.val), "limit": self.limit,
-                "budget": self.budget.model_dump(), "settings": self.settings.model_dump(
-                    mode="json"), "embedder": getattr(self.embedder, "name", None),
-                "weights": self.weights.model_dump() if self.weights is not None else None}
+        return {"program": self.task.program, "optimizer": self.optimizer,
+                **self.task.models.names(), "data": self.data.data,
+                "train": list(self.data.split.train), "val": list(self.data.split.val),
+                "limit": self.limit, "budget": self.budget.model_dump(), **self.task.options()}
 
 
-def compile_qa(job: CompileJob, store: Store, *, progress: bool = True) -> CompileResult:
-    """Compile LoCoMo's ``QA`` with ``job.optimizer`` and write it to ``job.out``.
+def compile_program(job: CompileJob, store: Store, *, progress: bool = True) -> CompileResult:
+    """Compile ``job.task``'s program with ``job.optimizer`` and write it to ``job.out``.
 
-    The train and validation conversations are loaded into ``store`` and the compile is
+    What the train and validation units need is loaded into ``store`` and the compile is
     recorded there as one run (tenant :data:`COMPILE_TENANT`): its data, its optimizer and
     budget, and one ``llm`` step per LLM call of every model. The program file's ``meta``
-    holds the recipe (:meth:`CompileJob.recipe`), the question ids trained and validated
+    holds the recipe (:meth:`CompileJob.recipe`), the example ids trained and validated
     on, the wall time and the calls.
     """
-    models = job.models
+    task, models = job.task, job.task.models
     roles = models.roles()
     marks = {role: h.meter.mark() for role, h in roles.items()}
     config = job.recipe()
-    with Recorder(store, COMPILE_TENANT, "compile.qa", task=f"compile qa with {job.optimizer}",
-                  config=config, layers=["turns"]) as run:
+    with Recorder(store, COMPILE_TENANT, f"compile.{task.program}",
+                  task=f"compile {task.program} with {job.optimizer}", config=config,
+                  layers=["turns"]) as run:
         started = time.perf_counter()
-        sets = compile_sets(store, models.student, job.settings, job.data, limit=job.limit,
-                            embedder=job.embedder, weights=job.weights)
-        run.step("data", "locomo", output={"train": len(sets.train), "val": len(sets.val)},
-                 data={"train": [e.qid for e in sets.train], "val": [e.qid for e in sets.val]})
-        run.step("optimize", job.optimizer, data=job.budget.model_dump())
-        log_dir = job.out.with_name(job.out.name + ".gepa") if job.optimizer == "gepa" else None
         try:
-            compiled = optimize(job.optimizer, QA(job.settings.style), sets, models, job.budget,
-                                log_dir=log_dir, progress=progress)
+            sets = task.sets(store, job.data, job.limit)
+            run.step("data", task.unit, output={"train": len(sets.train), "val": len(sets.val)},
+                     data={"train": [e.id for e in sets.train], "val": [e.id for e in sets.val]})
+            run.step("optimize", job.optimizer, data=job.budget.model_dump())
+            log_dir = (job.out.with_name(job.out.name + ".gepa") if job.optimizer == "gepa"
+                       else None)
+            with task.running(store):
+                compiled = optimize(job.optimizer, task.student(), sets, models, job.budget,
+                                    metric=task.metric(), threshold=task.threshold,
+                                    log_dir=log_dir, progress=progress)
         except BaseException as exc:  # an interrupted or failed compile keeps its calls
             run.fail(exc, usage=_record_calls(run, roles, marks)[1].model_dump())
             raise
         wall = round(time.perf_counter() - started, 1)
         usage, total = _record_calls(run, roles, marks)
-        meta = {**config, "train_qids": [e.qid for e in sets.train],
-                "val_qids": [e.qid for e in sets.val], "wall_s": wall, "llm_calls": total.calls,
+        meta = {**config, "train_ids": [e.id for e in sets.train],
+                "val_ids": [e.id for e in sets.val], "wall_s": wall, "llm_calls": total.calls,
                 "usage": {r: u.model_dump() for r, u in usage.items()}, "run_id": run.run_id}
-        digest = save_program(compiled, job.out, name="qa", meta=meta)
-        ref = ProgramRef(path=str(job.out), name="qa", sha256=digest)
+        digest = save_program(compiled, job.out, name=task.program, meta=meta)
+        ref = ProgramRef(path=str(job.out), name=task.program, sha256=digest)
         run.finish(output=ref.model_dump(), usage=total.model_dump())
     return CompileResult(program=ref, optimizer=job.optimizer, wall_s=wall,
                          llm_calls=total.calls, usage=usage, run_id=run.run_id)
@@ -477,98 +487,93 @@ def reusable(job: CompileJob) -> CompileResult | None:
     recipe = job.recipe()
     if {k: meta.get(k) for k in recipe} != recipe:
         return None
-    return CompileResult(program=program_ref(job.out, "qa"), optimizer=job.optimizer,
-                         wall_s=float(meta.get("wall_s", 0)),
+    return CompileResult(program=program_ref(job.out, job.task.program),
+                         optimizer=job.optimizer, wall_s=float(meta.get("wall_s", 0)),
                          llm_calls=int(meta.get("llm_calls", 0)),
                          usage={r: Usage(**u) for r, u in meta.get("usage", {}).items()},
                          run_id=meta.get("run_id"), reused=True)
 
 
 def run_compile_bench(
-    data: str | Path, models: Models, out_dir: str | Path, *, split: Split,
+    task: ProgramTask, data: str | Path, out_dir: str | Path, *, split: Split,
     optimizers: Sequence[Optimizer] = OPTIMIZERS, budgets: dict[Optimizer, Budget] | None = None,
-    limit: int | None = DEFAULT_LIMIT, heldout_limit: int | None = None,
-    audit: str | Path | None = None, embedder: Embedder | None = None,
-    weights: SearchWeights | None = None, progress: bool = True,
+    limit: int | None = DEFAULT_LIMIT, heldout_limit: int | None = None, progress: bool = True,
 ) -> dict[str, Any]:
-    """Compile ``QA`` with each optimizer, then score the uncompiled and every compiled
-    program on the held-out conversations in one run; returns ``compile.json``.
+    """Compile ``task``'s program with each optimizer, then score the uncompiled and every
+    compiled program on the held-out units in one run; returns ``compile.json``.
 
-    Each system is ``bench locomo``'s memstrata system (``run_locomo_bench``, its answers
-    cached in ``DIR/heldout/SYSTEM``) answering with that program, so its F1 is the one
-    ``memstrata bench locomo --program`` reports. Programs go to ``DIR/programs/``; one
-    whose recipe matches is reused (an interrupted bench resumes), and the compiles are
-    recorded in ``DIR/compile.db``.
+    Programs go to ``DIR/programs/``; one whose recipe matches is reused (an interrupted
+    bench resumes), the compiles are recorded in ``DIR/compile.db``, and each system's
+    held-out work is cached under ``DIR/heldout/SYSTEM`` by the task.
 
     Raises:
-        ValueError: no held-out conversation, or the split does not fit ``data``.
+        ValueError: no held-out unit, or the split does not fit ``data``.
     """
     if not split.heldout:
-        raise ValueError("bench compile needs --heldout conversations to score on")
+        raise ValueError("bench compile needs --heldout units to score on")
     budgets = {**BUDGETS, **(budgets or {})}
-    split_data = read_split(data, split)
-    student = models.student
-    settings = QASettings.for_model(student.name)
+    split_data = task.read(data, split)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     compiles: dict[str, CompileResult] = {}
-    with Store.open(out / "compile.db") as store:  # opened as bench locomo opens its own
+    with Store.open(out / "compile.db") as store:
         for name in optimizers:
-            job = CompileJob(optimizer=name, models=models, data=split_data, settings=settings,
+            job = CompileJob(task=task, optimizer=name, data=split_data,
                              out=out / "programs" / f"{name}.json", budget=budgets[name],
-                             limit=limit, embedder=embedder, weights=weights)
-            compiles[name] = reusable(job) or compile_qa(job, store, progress=progress)
+                             limit=limit)
+            compiles[name] = reusable(job) or compile_program(job, store, progress=progress)
     systems: dict[str, Any] = {}
-    heldout = set(split.heldout)
     for name in ("uncompiled", *optimizers):
         done = compiles.get(name)
-        doc = run_locomo_bench(
-            data, student, out / "heldout" / name, audit=audit, systems=("memstrata",),
-            settings=settings, embedder=embedder, weights=weights, conversations=heldout,
-            limit=heldout_limit, progress=progress,
-            program=done.program.path if done is not None else None)
-        scored = doc["systems"]["memstrata"]
+        scored = task.score(split_data, done.program if done else None, out / "heldout" / name,
+                            limit=heldout_limit, progress=progress)
         systems[name] = {
-            "f1": scored["f1"]["overall"], "llm_calls": done.llm_calls if done else 0,
-            "compile_s": done.wall_s if done else 0,
-            "f1_by_category": scored["f1"], "f1_corrected": scored["corrected"]["f1"]["overall"],
-            "abstention_cat5": scored["abstention_cat5"], "questions": scored["questions"],
-            "heldout_llm_calls": scored["llm_calls"], "failures": scored["failures"],
+            task.headline: scored.score, **scored.metrics,
+            "llm_calls": done.llm_calls if done else 0, "compile_s": done.wall_s if done else 0,
+            "heldout_llm_calls": scored.llm_calls, "items": scored.items,
             "program": done.program.model_dump() if done else None,
             "reused": done.reused if done else False}
-    base = systems["uncompiled"]["f1"]
+    base = systems["uncompiled"][task.headline]
     for row in systems.values():
-        row["gain"] = round(row["f1"] / base, 3) if base and row["f1"] is not None else None
-    return {"program": "qa", "model": student.name, **{k: v for k, v in models.names().items()
-                                                       if k != "lm"},
+        value = row[task.headline]
+        row["gain"] = round(value / base, 3) if base and value is not None else None
+    models = task.models
+    return {"program": task.program, "unit": task.unit, "headline": task.headline,
+            "model": models.student.name,
+            **{k: v for k, v in models.names().items() if k != "lm"},
             "data": str(data), "train": list(split.train), "val": list(split.val),
             "heldout": list(split.heldout), "limit": limit, "heldout_limit": heldout_limit,
             "budgets": {n: budgets[n].model_dump() for n in optimizers},
-            "settings": settings.model_dump(mode="json"), "systems": systems}
+            **task.options(), "columns": list(task.columns), "systems": systems}
 
 
 def compile_table(doc: dict[str, Any]) -> str:
     """The held-out comparison as a markdown table, compile cost beside the gain."""
+    head, extra = doc["headline"], doc.get("columns", [])
     lines = [f"# Compiling `{doc['program']}` — {doc['model']}", "",
              f"train {', '.join(doc['train'])} · validation {', '.join(doc['val'])} · "
-             f"held-out {', '.join(doc['heldout'])} (leave-conversations-out; F1 is "
-             "bench locomo's memstrata F1, categories 1-4, on the held-out questions)", "",
-             "| system | F1 held-out | × uncompiled | cat-5 abstention | compile s | "
-             "compile LLM calls | held-out LLM calls |",
-             "|---|---|---|---|---|---|---|"]
+             f"held-out {', '.join(doc['heldout'])} (leave-{doc['unit']}s-out: nothing of a "
+             f"held-out {doc['unit']} is seen by a compile)", "",
+             f"| system | {head} held-out | × uncompiled | "
+             + "".join(f"{c} | " for c in extra)
+             + "compile s | compile LLM calls | held-out LLM calls |",
+             "|---|---|---|" + "---|" * len(extra) + "---|---|---|"]
 
     def fmt(value: Any, spec: str = ".3f") -> str:
-        return "-" if value is None else format(value, spec)
+        if value is None:
+            return "-"
+        return format(value, spec) if isinstance(value, int | float) else str(value)
 
     for name, row in doc["systems"].items():
-        lines.append(f"| {name} | {fmt(row['f1'])} | {fmt(row['gain'], '.2f')} | "
-                     f"{fmt(row['abstention_cat5'])} | {fmt(row['compile_s'], '.0f')} | "
-                     f"{row['llm_calls']} | {row['heldout_llm_calls']} |")
+        lines.append(f"| {name} | {fmt(row[head])} | {fmt(row['gain'], '.2f')} | "
+                     + "".join(f"{fmt(row.get(c))} | " for c in extra)
+                     + f"{fmt(row['compile_s'], '.0f')} | {row['llm_calls']} | "
+                     f"{row['heldout_llm_calls']} |")
     return "\n".join(lines) + "\n"
 
 
 def compile_chart(doc: dict[str, Any], path: Path) -> None:
-    """Held-out F1 per system beside its compile time and calls, as PNG."""
+    """Each system's held-out headline score beside its compile time and calls, as PNG."""
     from memstrata.memory.extras import require
 
     matplotlib = require("matplotlib", "bench", "the benchmark charts")
@@ -579,9 +584,8 @@ def compile_chart(doc: dict[str, Any], path: Path) -> None:
     rows = [doc["systems"][n] for n in names]
     colours = [f"C{i}" for i in range(len(names))]
     fig, (ax, cost) = plt.subplots(1, 2, figsize=(12, 4.5))
-    ax.bar(names, [r["f1"] or 0.0 for r in rows], color=colours)
-    ax.set_title("held-out F1 (categories 1-4)")
-    ax.set_ylim(0, 1)
+    ax.bar(names, [r[doc["headline"]] or 0.0 for r in rows], color=colours)
+    ax.set_title(f"held-out {doc['headline']}")
     ax.grid(axis="y", alpha=0.3)
     cost.bar(names, [r["compile_s"] / 60 for r in rows], color=colours)
     for n, r in enumerate(rows):
@@ -610,6 +614,8 @@ def write_compile_outputs(doc: dict[str, Any], out_dir: str | Path) -> list[Path
     return paths
 
 
-__all__ = ["BUDGETS", "OPTIMIZERS", "Budget", "CompileJob", "CompileResult", "Models", "Split",
-           "compile_qa", "compile_sets", "optimize", "qa_examples", "read_split",
-           "run_compile_bench", "write_compile_outputs"]
+__all__ = ["BUDGETS", "COMPILE_TENANT", "DEFAULT_LIMIT", "OPTIMIZERS", "Budget", "CompileJob",
+           "CompileResult", "CompileSets", "HeldoutScore", "Models", "Optimizer", "ProgramTask",
+           "Split", "SplitData", "budget_help", "compile_chart", "compile_program",
+           "compile_table", "optimize", "reusable", "run_compile_bench",
+           "write_compile_outputs"]
