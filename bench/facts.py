@@ -26,7 +26,14 @@ from memstrata.programs import ModelHandle
 from memstrata.programs.ingest import IngestReport, IngestSettings, ingest_conversation
 from tqdm import tqdm
 
-from .locomo import LOCOMO_DATE_STYLE, Question, apply_audit, load_locomo, read_subset
+from .locomo import (
+    LOCOMO_DATE_STYLE,
+    LoCoMoConversation,
+    Question,
+    apply_audit,
+    load_locomo,
+    read_subset,
+)
 from .retrieval import CATEGORIES, KS, _summarise
 
 SYSTEMS = ("turns", "facts", "facts+turns")
@@ -76,6 +83,37 @@ def _rankers(retriever: Retriever, evidence: _Evidence
     return {"turns": turns, "facts": facts, "facts+turns": fused}
 
 
+def locomo_ingest_settings(settings: IngestSettings | None = None) -> IngestSettings:
+    """``settings`` (default ``IngestSettings()``) with facts written in LoCoMo's date style
+    (``LOCOMO_DATE_STYLE``), as every LoCoMo extraction bench ingests."""
+    return (settings or IngestSettings()).model_copy(update={"date_style": LOCOMO_DATE_STYLE})
+
+
+def scored_questions(convs: list[LoCoMoConversation]) -> list[Question]:
+    """The questions recall is scored on: categories 1-4 with (original or corrected)
+    evidence."""
+    return [q for c in convs for q in c.questions
+            if q.category in CATEGORIES and (q.evidence or q.corrected_evidence)]
+
+
+def recall_through_facts(
+    store: Store, questions: list[Question], *, embedder: Embedder | None = None,
+    weights: SearchWeights | None = None, systems: tuple[str, ...] = SYSTEMS,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Each of ``systems`` (:data:`SYSTEMS`) ranking the evidence of ``questions`` on
+    ``store`` (their conversations loaded and ingested, each its own tenant): recall@k per
+    category and overall, on the original evidence and (``corrected``) the audit's."""
+    rankers = _rankers(Retriever(store, embedder, weights), _Evidence(store))
+    results: dict[str, Any] = {}
+    for name in systems:
+        per_q = [(q, rankers[name](q)) for q in tqdm(questions, desc=name, unit="q",
+                                                      disable=not progress)]
+        results[name] = {**_summarise(per_q, corrected=False),
+                         "corrected": _summarise(per_q, corrected=True)}
+    return results
+
+
 def run_facts_bench(
     data: str | Path, handle: ModelHandle, out_dir: str | Path, *,
     audit: str | Path | None = None, embedder: Embedder | None = None,
@@ -96,8 +134,7 @@ def run_facts_bench(
         conversations: a subset of sample ids.
         progress: progress bars on stderr.
     """
-    settings = (settings or IngestSettings()).model_copy(
-        update={"date_style": LOCOMO_DATE_STYLE})
+    settings = locomo_ingest_settings(settings)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     convs = read_subset(data, conversations)
@@ -112,17 +149,10 @@ def run_facts_bench(
                     store, conv.sample_id, conv.sample_id, handle, settings=settings,
                     cache_path=out / "extractions.jsonl", embedder=embedder,
                     progress=bar.update))
-        retriever = Retriever(store, embedder, weights)
-        questions = [q for c in convs for q in c.questions
-                     if q.category in CATEGORIES and (q.evidence or q.corrected_evidence)]
-        results: dict[str, Any] = {}
-        evidence = _Evidence(store)
-        for name, rank in _rankers(retriever, evidence).items():
-            per_q = [(q, rank(q)) for q in tqdm(questions, desc=name, unit="q",
-                                                disable=not progress)]
-            results[name] = {**_summarise(per_q, corrected=False),
-                             "corrected": _summarise(per_q, corrected=True)}
-        covered = _coverage(questions, evidence)
+        questions = scored_questions(convs)
+        results = recall_through_facts(store, questions, embedder=embedder, weights=weights,
+                                       progress=progress)
+        covered = _coverage(questions, _Evidence(store))
     turns = sum(r.turns for r in reports)
     calls = sum(r.llm_calls for r in reports)
     return {

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from memstrata.memory import Embedder, Store
@@ -26,7 +27,13 @@ from memstrata.memory.extras import require
 from memstrata.memory.models import with_caption
 from memstrata.memory.voe_facts import VoEFacts, similarity
 from memstrata.programs import ModelHandle, ProgramParseError
-from memstrata.programs.voe import MAX_MESSAGE_CHARS, VoELoop, VoESettings, run_turn
+from memstrata.programs.voe import (
+    MAX_MESSAGE_CHARS,
+    VoELoop,
+    VoESettings,
+    history_text,
+    run_turn,
+)
 from memstrata.trajectories import code_version
 from tqdm import tqdm
 
@@ -45,6 +52,83 @@ def pick_sessions(convs: list[LoCoMoConversation], limit: int | None
     chosen = spread[:limit] if limit is not None else spread
     order = {id(c): n for n, c in enumerate(convs)}
     return sorted(chosen, key=lambda s: (order[id(s[0])], s[1]))
+
+
+def fuzzy(predicted: str, actual: str) -> float:
+    """The similarity the bench scores (and the pass decision uses): rapidfuzz ratio of a
+    prediction and the user's actual message, over 100 (0-1); a hit is ``>= HIT``."""
+    return round(similarity(predicted, actual) / 100, 4)
+
+
+class ReplayTurn(NamedTuple):
+    """One LoCoMo turn as a session replay hands it to the loop.
+
+    ``role`` is ``user`` for the conversation's first speaker, ``assistant`` for the other
+    (their real turns stand in for the loop's replies); ``text`` is the turn with its
+    image caption, cut to ``MAX_MESSAGE_CHARS``; ``asked`` says the loop runs a turn on it
+    (it predicts, and its cached prediction is scored against it); other turns are only
+    observed (added to the history).
+    """
+
+    turn: dict[str, Any]
+    role: str
+    text: str
+    asked: bool
+
+
+def replay(conv: LoCoMoConversation, turns: list[dict[str, Any]],
+           max_turns: int | None = None) -> Iterator[ReplayTurn]:
+    """A session's turns as ``run_voe_bench`` replays them: the user's turns are asked
+    (at most ``max_turns``; a turn with no text, even after its caption, is observed as
+    ``(image)``), the other speaker's observed as the assistant's."""
+    asked = 0
+    for turn in turns:
+        text = with_caption(turn["text"], turn_metadata(turn))[:MAX_MESSAGE_CHARS].strip()
+        if turn["speaker"] != conv.speakers[0]:
+            yield ReplayTurn(turn, "assistant", text, False)
+        elif (max_turns is not None and asked >= max_turns) or not text:
+            yield ReplayTurn(turn, "user", text or "(image)", False)
+        else:
+            asked += 1
+            yield ReplayTurn(turn, "user", text, True)
+
+
+class PredictionContext(NamedTuple):
+    """One prediction a replay scores, and the history its responder call is shown.
+
+    The responder predicts at the user turn ``predicted_at`` (its ``history`` ends with
+    that message: a replay leaves the loop's reply out) and the prediction is scored
+    against ``actual``, the next asked user turn ``turn`` of the same session.
+    """
+
+    conversation: str
+    session: int
+    turn: str
+    predicted_at: str
+    history: str
+    actual: str
+
+
+def prediction_contexts(conv: LoCoMoConversation, session: int, turns: list[dict[str, Any]],
+                        settings: VoESettings | None = None, max_turns: int | None = None
+                        ) -> list[PredictionContext]:
+    """Every prediction ``run_voe_bench`` scores in one session, in order, with the
+    history the responder is shown when making it (no model: the history depends only on
+    the replayed turns). A session starts a fresh chat, so its first asked turn is
+    predicted by no one and is left out."""
+    window = (settings or VoESettings()).history_turns
+    messages: list[tuple[str, str]] = []
+    pending: tuple[str, str] | None = None  # (turn id, history) of the last prediction
+    out: list[PredictionContext] = []
+    for step in replay(conv, turns, max_turns):
+        messages.append((step.role, step.text))
+        if not step.asked:
+            continue
+        if pending is not None:
+            out.append(PredictionContext(conv.sample_id, session, step.turn["dia_id"],
+                                         pending[0], pending[1], step.text))
+        pending = (step.turn["dia_id"], history_text(messages, window))
+    return out
 
 
 def decide(table: list[list[int]]) -> dict[str, Any]:
@@ -120,25 +204,18 @@ def run_voe_bench(data: str | Path, handle: ModelHandle, out_dir: str | Path, *,
                 VoEFacts(store).set_prediction(user, "")  # a new session is a new chat
                 loop = VoELoop(store, user, settings, use_facts=arm == "voe",
                                persist_history=False)
-                asked = 0
-                for turn in turns:
-                    text = with_caption(turn["text"], turn_metadata(turn))[
-                        :MAX_MESSAGE_CHARS].strip()
-                    if turn["speaker"] != conv.speakers[0]:
-                        loop.observe("assistant", text)
+                for step in replay(conv, turns, max_turns):
+                    if not step.asked:
+                        loop.observe(step.role, step.text)
                         continue
-                    if (max_turns is not None and asked >= max_turns) or not text:
-                        loop.observe("user", text or "(image)")
-                        continue
-                    asked += 1
                     try:
-                        result = run_turn(loop, handle, text, reply_to_history=False)
+                        result = run_turn(loop, handle, step.text, reply_to_history=False)
                     except ProgramParseError:
                         failures += 1
                         bar.update()
                         continue
                     row = {"arm": arm, "conversation": conv.sample_id, "session": index,
-                           "turn": turn["dia_id"], "actual": text,
+                           "turn": step.turn["dia_id"], "actual": step.text,
                            "predicted": result.cached_prediction, "llm_calls": result.llm_calls,
                            "local_ms": result.local_ms, "fact": result.fact}
                     rows.append(row)
@@ -153,7 +230,7 @@ def run_voe_bench(data: str | Path, handle: ModelHandle, out_dir: str | Path, *,
         for r, cos in zip(scored, (actual * predicted).sum(1).tolist(), strict=True):
             r["cosine"] = round(float(cos), 4)
     for r in scored:
-        r["fuzzy"] = round(similarity(r["predicted"], r["actual"]) / 100, 4)
+        r["fuzzy"] = fuzzy(r["predicted"], r["actual"])
     doc = _summary(rows, scored, calls, failures, embedder is not None)
     doc["local_ms_at_max_facts"] = time_local_step(settings)
     doc.update({"benchmark": "VoE A/B (seed 000, H1)", "model": handle.name, "data": str(data),

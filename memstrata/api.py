@@ -64,6 +64,7 @@ class Memory:
         self._lock = threading.RLock()
         self._answerer: Any = None  # a PersonalAnswerer, built on the first answer
         self._qa, self.programs = _compiled_programs(programs or {})
+        self._files = {name: str(path) for name, path in (programs or {}).items()}
 
     @classmethod
     def open(cls, path: str | Path = "memstrata.db", *, lm: str | dspy.BaseLM | ModelHandle
@@ -83,9 +84,10 @@ class Memory:
                 ``Embedder``, or None (no dense channel).
             ingest: chunking and call-cap settings of extraction.
             programs: compiled programs to use, by name, each a program file of
-                ``memstrata compile`` (``{"qa": "qa.json"}``: ``answer`` answers with that
-                ``QA``, in the answer style it was compiled for). ``Memory.programs`` then
-                names each file and its SHA-256, for run records.
+                ``memstrata compile``: ``{"qa": "qa.json"}`` (``answer`` answers with that
+                ``QA``, in the answer style it was compiled for), ``{"extractor":
+                "extractor.json"}`` (extraction at ingest uses it). ``Memory.programs``
+                then names each file and its SHA-256, for run records.
 
         Raises:
             ValueError: a program this memory does not use, or a file that is not that
@@ -221,7 +223,8 @@ class Memory:
             return []
         facts: list[Any] = []
         report = ingest_turns(self.store, user_id, conv, pending, self.lm,  # type: ignore[arg-type]
-                              settings=settings, events=facts)
+                              settings=settings, events=facts,
+                              program=self._files.get("extractor"))
         if report.failed_chunks:
             raise RuntimeError(f"extraction failed for {len(report.failed_chunks)} chunk(s) "
                                f"of {conv!r}: {report.failed_chunks[0]} (turns kept; "
@@ -501,11 +504,12 @@ def _filters(raw: dict[str, Any]) -> Filters:
 
 
 #: The compiled programs ``Memory`` can use, by name (see ``Memory.open``'s ``programs``).
-MEMORY_PROGRAMS = ("qa",)
+MEMORY_PROGRAMS = ("qa", "extractor")
 
 
 def _compiled_programs(files: dict[str, str | Path]) -> tuple[Any, dict[str, dict[str, str]]]:
-    """The compiled ``QA`` of ``files`` (None without one), and each file's reference."""
+    """The compiled ``QA`` of ``files`` (None without one), and each file's reference
+    (every file's hash and program checked; the extractor is loaded where it is used)."""
     if not files:  # nothing to load: no DSPy import on this path
         return None, {}
     from memstrata.programs.compiled import load_program, program_ref

@@ -230,8 +230,10 @@ def _budget_epilog() -> str:
     from memstrata.bench.compile import budget_help
 
     return ("Budgets (--budget N, or OPT=N) are sized for a 2-core CPU with the embedded "
-            "1.5B model (~10 s a call): BootstrapFewShot in ~5-30 min; MIPROv2 and GEPA "
-            f"~3x that, SIMBA ~6x. {budget_help()}. One model thread. Resuming: GEPA keeps its "
+            "1.5B model and qa (~10 s a call, one call a run): BootstrapFewShot in ~5-30 "
+            f"min; MIPROv2 and GEPA ~3x that, SIMBA ~6x. {budget_help()}. An extractor run "
+            "is one longer call (~25 s), a SPARQL run an agent loop of 2-4 calls: scale the "
+            "budgets down for them. One model thread. Resuming: GEPA keeps its "
             "state in FILE.gepa/ and continues from it when run again with the same --out; "
             "BootstrapFewShot, MIPROv2 and SIMBA cannot resume and start over.")
 
@@ -262,8 +264,9 @@ def add_compile_parsers(sub: Any, bsub: Any) -> None:
     _add_common(p)
     p.add_argument("--heldout", help="held-out units, scored only (default: the program's)")
     p.add_argument("--heldout-limit", type=int,
-                   help="at most N held-out examples (questions, chunks, messages, tasks), "
-                   "spread over categories (default all)")
+                   help="at most N held-out examples (default all): qa/answerer questions "
+                   "spread over categories, the extractor's first N chunks, VoE positions "
+                   "spread over the conversations, SPARQL tasks spread over the levels")
     p.add_argument("--optimizers", help="comma-separated subset of "
                    f"{', '.join(OPTIMIZERS)} (default: all)")
     p.add_argument("--budget", action="append", metavar="OPT=N",

@@ -6,8 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memstrata.agent_commands import add_model_args, model_from_args
+
+if TYPE_CHECKING:  # the suites load DSPy: imported by the command, not for --help
+    from memstrata.bench.experiments.config import ExperimentConfig
+    from memstrata.bench.experiments.suites import Suite
 
 _DEFAULT_DATA = Path("..") / "shared" / "data" / "locomo" / "locomo_dev.json"
 _INTERFACE = ("experiment", "tasks", "success_rate", "steps_per_task", "llm_calls",
@@ -26,11 +31,35 @@ def _suite(args: argparse.Namespace):
     return LocomoSuite(Path(args.data), args.conversation, categories)
 
 
+def _check_program(args: argparse.Namespace, suite: Suite, config: ExperimentConfig
+                   ) -> None:
+    """--program checked before any model loads: the suite's agent must be a compiled
+    program (the ontology suite's SPARQL agent; the locomo suite's RLM is not one), the
+    file must hold that program, and it must have been compiled for the config's executor
+    settings and mode. Exits naming what is wrong."""
+    if args.program is None:
+        return
+    from memstrata.compile_commands import program_file
+
+    if suite.program is None:
+        raise SystemExit(f"memstrata: --program: the {suite.name} suite's agent is not a "
+                         "compiled program; --program is for --suite ontology (its SPARQL "
+                         "agent, `memstrata compile sparql`)")
+    program_file(args.program, (suite.program,), "experiment")
+    try:
+        suite.compiled_agent(args.program, config.executor, config.mode)
+    except ValueError as exc:
+        raise SystemExit(f"memstrata: --program: {exc}") from None
+
+
 def cmd_experiment(args: argparse.Namespace) -> int:
     """Run one experiment config over a task suite: a sequential pass of the tasks, with
     the config's memory layers, budgets, mode and closed-loop policies. Writes
     config.json, run.json, results.jsonl, trajectories.jsonl, memory.db, summary.json
-    and summary.md under --out, and prints the summary's headline figures."""
+    and summary.md under --out, and prints the summary's headline figures. With
+    --program FILE (ontology suite only) the SPARQL agent is the compiled program in FILE
+    (`memstrata compile sparql`), named with its SHA-256 in run.json, summary.json,
+    every results.jsonl line and every agent run's record."""
     from memstrata.bench.experiments import Runner, load_config
 
     overrides = list(args.set)
@@ -46,10 +75,12 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                          f"not {args.experiment}")
     if args.tasks is not None and args.tasks < 1:
         raise SystemExit("memstrata: --tasks must be at least 1")
+    _check_program(args, suite, config)
     handle = model_from_args(args)
     out = Path(args.out)
     try:
-        summary = Runner(config, suite, handle, out).run(limit=args.tasks, resume=args.resume)
+        summary = Runner(config, suite, handle, out, program=args.program).run(
+            limit=args.tasks, resume=args.resume)
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
     head = summary.model_dump(include=set(_INTERFACE))
@@ -101,6 +132,10 @@ def add_experiment_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--categories", default="1,2,3,4",
                        help="locomo suite: question categories (default 1,2,3,4)")
         p.add_argument("--config", help=f"a config file to run instead of {name}'s own")
+        p.add_argument("--program", metavar="FILE",
+                       help="ontology suite: the SPARQL agent is the compiled program in FILE "
+                       "(`memstrata compile sparql`; compiled for this config's executor "
+                       "settings and mode), named with its SHA-256 in every record")
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config field, e.g. executor.max_iters=2 or "
                        "extraction.method=trace (JSON values; repeatable)")

@@ -19,7 +19,8 @@ import inspect
 import json
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -35,6 +36,7 @@ from memstrata.trajectories import Leakage, Recorder, measure, redact_text
 from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
 
 from .binding import UnboundProgramError
+from .compiled import ProgramRef
 from .errors import ProgramParseError
 from .handles import SandboxBlobRef
 from .instrument import PromptTap
@@ -296,6 +298,27 @@ class _Bound:
 # *slots*, and each call, in whatever thread, reaches its own session's tools.
 _BOUND: ContextVar[_Bound | None] = ContextVar("memstrata_executor_tools", default=None)
 
+ToolBox = Callable[[], list[Callable[..., Any]]]
+"""Makes one executor call's tools (a fresh session's bound tools, say)."""
+
+_TOOLBOX: ContextVar[ToolBox | None] = ContextVar("memstrata_executor_toolbox", default=None)
+
+
+@contextmanager
+def tools_from(toolbox: ToolBox) -> Iterator[None]:
+    """Inside the block, every :class:`Executor` call given no ``tools=`` (the calls an
+    optimizer makes with an example's inputs only) runs with ``toolbox()``'s tools, made
+    anew for each call; a call that passes ``tools=`` keeps its own.
+
+    What ``memstrata compile sparql`` runs its optimizer in: the copies stay unbound (they
+    hold tool slots only) while each run finds a session over the compile's store.
+    """
+    token = _TOOLBOX.set(toolbox)
+    try:
+        yield
+    finally:
+        _TOOLBOX.reset(token)
+
 
 def tool_slot(prototype: Callable[..., Any], *, drop_first: bool = False) -> Callable[..., Any]:
     """A stand-in for a tool: the prototype's name, docstring, signature and (resolved)
@@ -397,15 +420,23 @@ class Executor(dspy.Module):
             module = module.step  # StopOnRepeat wraps the structured step
         return [module]
 
-    def forward(self, question: str, *, tools: list[Callable[..., Any]],
+    def forward(self, question: str, *, tools: list[Callable[..., Any]] | None = None,
                 interpreter_factory: Callable[[], Any] | None = None,
                 **context: Any) -> dspy.Prediction:
-        """Run the agent on ``question`` with ``tools`` bound to its slots for this call.
+        """Run the agent on ``question`` with ``tools`` bound to its slots for this call
+        (``None``: the tools of the enclosing :func:`tools_from` block).
 
         Raises:
             ValueError: a tool the executor was built with is missing from ``tools``, or
                 ``context`` names an input it was not built for.
+            UnboundProgramError: no ``tools`` and no :func:`tools_from` block.
         """
+        if tools is None:
+            toolbox = _TOOLBOX.get()
+            if toolbox is None:
+                raise UnboundProgramError("this executor was called without tools: pass "
+                                          "tools=... or call it inside tools_from(...)")
+            tools = toolbox()
         given = {t.__name__: t for t in tools}
         missing = [n for n in self.tool_names if n not in given]
         if missing:
@@ -496,7 +527,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
                  judge: ModelHandle | None = None,
                  signature: type[dspy.Signature] = AnswerWithTools,
                  tools: list[Callable[..., Any]] | None = None,
-                 executor: Executor | None = None) -> ExecutorRun:
+                 executor: Executor | None = None,
+                 program: ProgramRef | None = None) -> ExecutorRun:
     """Run one executor session on ``question`` and record it in the session's store.
 
     Args:
@@ -518,6 +550,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
         executor: a persistent (or compiled) :class:`Executor` to run instead of one built
             for this call; its settings are the run's, ``signature`` is not used (its
             own is), and ``tools`` and ``context`` must match what it was built with.
+        program: the program file ``executor`` was loaded from, named (path and SHA-256)
+            in the run's record.
 
     Returns:
         The answer, the steps, the leakage figures and the usage. A failure a weak model
@@ -550,6 +584,8 @@ def run_executor(question: str, session: ToolSession, handle: ModelHandle,
     config = {**settings.model_dump(), "model": handle.name, "caps": session.caps.model_dump(),
               "context": {n: repr(v) if isinstance(v, BlobRef) else f"text ({len(v)} chars)"
                           for n, v in (context or {}).items()}}
+    if program is not None:
+        config["program"] = program.model_dump()
     started = time.perf_counter()
     with Recorder(session.binding.store, session.user_id, f"executor.{settings.executor}",
                   task=question, config=config, layers=layers,

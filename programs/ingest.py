@@ -196,7 +196,7 @@ def ingest_conversation(
     store: Store, user_id: str, conversation_id: str, handle: ModelHandle, *,
     settings: IngestSettings | None = None, cache_path: str | Path | None = None,
     embedder: Embedder | None = None, progress: Callable[[int], None] | None = None,
-    program: str | Path | None = None,
+    program: str | Path | None = None, max_chunks: int | None = None,
 ) -> IngestReport:
     """Extract, ground, reconcile and store one conversation's facts.
 
@@ -213,6 +213,10 @@ def ingest_conversation(
         program: a compiled ``extractor`` program file (``programs.compiled``) to extract
             with instead of a fresh ``Extractor`` (its own output budget and date style
             then rule); the ``ingest`` run and the cache key name its path and hash.
+        max_chunks: extract only the first N chunks of the plan (a bounded evaluation:
+            ``bench compile extractor --heldout-limit``); the chunks are those of the whole
+            conversation's plan, cut after planning, so each is what a full ingest
+            extracts (and shares its cache entry). The call cap is checked on the whole plan.
 
     Raises:
         IngestError: the chunk plan would break the call cap.
@@ -220,23 +224,25 @@ def ingest_conversation(
     """
     return _ingest(store, user_id, conversation_id, handle, settings=settings,
                    cache_path=cache_path, embedder=embedder, progress=progress,
-                   program=program)
+                   program=program, max_chunks=max_chunks)
 
 
 def ingest_turns(
     store: Store, user_id: str, conversation_id: str, turns: list[Turn], handle: ModelHandle,
     *, settings: IngestSettings | None = None, events: list[FactEvent] | None = None,
+    program: str | Path | None = None,
 ) -> IngestReport:
     """Extract facts from some new turns of a conversation, reconciled with what it
     already holds: a known fact gains the new evidence, a changed single-valued one is
     superseded. Earlier extractions are kept (``ingest_conversation`` replaces them).
 
     ``events`` receives one :class:`FactEvent` per proposed fact. Facts are embedded by
-    the store's embedder as they are written. Raises :class:`IngestError` when the
-    chunks would break the call cap.
+    the store's embedder as they are written. ``program``: a compiled ``extractor``
+    program file to extract with (as ``ingest_conversation``'s). Raises
+    :class:`IngestError` when the chunks would break the call cap.
     """
     return _ingest(store, user_id, conversation_id, handle, settings=settings,
-                   turns=turns, events=events)
+                   turns=turns, events=events, program=program)
 
 
 def _ingest(
@@ -244,14 +250,16 @@ def _ingest(
     settings: IngestSettings | None = None, cache_path: str | Path | None = None,
     embedder: Embedder | None = None, progress: Callable[[int], None] | None = None,
     turns: list[Turn] | None = None, events: list[FactEvent] | None = None,
-    program: str | Path | None = None,
+    program: str | Path | None = None, max_chunks: int | None = None,
 ) -> IngestReport:
     settings = settings or IngestSettings()
     started = time.perf_counter()
     incremental = turns is not None
     chunks = plan(store, user_id, conversation_id, settings, turns)
+    participants = list(dict.fromkeys(t.speaker for c in chunks for t in c.turns))
+    if max_chunks is not None:  # cut after planning: the chunks (and people) are the plan's
+        chunks = chunks[:max_chunks]
     turns = [t for c in chunks for t in c.turns]
-    participants = list(dict.fromkeys(t.speaker for t in turns))
     report = IngestReport(conversation_id=conversation_id, model=handle.name,
                           turns=len(turns), chunks=len(chunks))
     cache = JsonlCache(Path(cache_path), ChunkResult) if cache_path else None
@@ -272,7 +280,8 @@ def _ingest(
     cleared: Counter[str] = Counter()
     with Recorder(store, user_id, "ingest", task=conversation_id,
                   config={"model": handle.name, **settings.model_dump(mode="json"),
-                          "program": ref.model_dump() if ref is not None else None},
+                          "program": ref.model_dump() if ref is not None else None,
+                          **({"max_chunks": max_chunks} if max_chunks is not None else {})},
                   layers=["turns"]) as run:
         for chunk in chunks:
             key = hashlib.sha256(f"{salt}|{chunk_text(chunk, settings.date_style)}".encode()

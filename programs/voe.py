@@ -21,6 +21,7 @@ History, facts and the cached prediction live in the store, so a chat survives a
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Annotated
 
 import dspy
@@ -36,6 +37,8 @@ Short = Annotated[str, StringConstraints(max_length=200)]
 Keyword = Annotated[str, StringConstraints(max_length=40)]
 CHAT = "chat"
 MAX_MESSAGE_CHARS = 4000
+NO_FACTS = "(none)"
+"""What the responder is shown when no fact is retrieved (always, in the baseline)."""
 
 
 class VoESettings(BaseModel):
@@ -220,8 +223,7 @@ class VoELoop(dspy.Module):
         self._remember(speaker, text)
 
     def _history_text(self) -> str:
-        recent = self.messages[-self.settings.history_turns:]
-        return "\n".join(f"{who}: {text}" for who, text in recent) or "(empty)"
+        return history_text(self.messages, self.settings.history_turns)
 
     # -- the turn -----------------------------------------------------------------------
 
@@ -250,7 +252,7 @@ class VoELoop(dspy.Module):
         hits: list[ScoredFact] = self.facts.search(self._facts_cache, list(out.needed_info),
                                                    s.top_k, s.min_score)
         local += time.perf_counter() - started
-        shown = "\n".join(f"- {h.fact.text}" for h in hits) or "(none)"
+        shown = "\n".join(f"- {h.fact.text}" for h in hits) or NO_FACTS
         answer = self.responder(history=history, facts=shown)
         if reply_to_history:
             self._remember("assistant", answer.reply)
@@ -261,6 +263,13 @@ class VoELoop(dspy.Module):
             needed_info=list(out.needed_info),
             retrieved=[{"id": h.fact.id, "text": h.fact.text, "score": h.score} for h in hits],
             next_prediction=answer.next_prediction, local_ms=round(local * 1000, 3))
+
+
+def history_text(messages: Sequence[tuple[str, str]], turns: int) -> str:
+    """The ``history`` both calls of a turn see: the last ``turns`` of ``messages``
+    (speaker, text), oldest first, one ``speaker: text`` line each."""
+    recent = list(messages)[-turns:]
+    return "\n".join(f"{who}: {text}" for who, text in recent) or "(empty)"
 
 
 def check_message(message: str) -> str:

@@ -44,8 +44,8 @@ def test_memory_answers_with_the_compiled_qa_and_names_it(tmp_path: Path, script
                                      "sha256": program_hash(path)}}
     prompt = handle.lm.engine.requests[-1]
     assert any("Which city does Zed love?" in msg.text for msg in prompt.messages)
-    with pytest.raises(ValueError, match="uses no program extractor"):
-        Memory.open(":memory:", programs={"extractor": path})
+    with pytest.raises(ValueError, match=r"uses no program voe\.predictor"):
+        Memory.open(":memory:", programs={"voe.predictor": path})
     with pytest.raises(ValueError, match="holds the program 'extractor', not 'qa'"):
         Memory.open(":memory:", programs={"qa": _extractor_file(tmp_path)})
 
@@ -54,6 +54,26 @@ def _extractor_file(tmp_path: Path) -> Path:
     path = tmp_path / "extractor.json"
     save_program(Extractor(), path)
     return path
+
+
+def test_memory_extracts_with_the_compiled_extractor_and_names_it(tmp_path: Path,
+                                                                  scripted: Any) -> None:
+    extractor = Extractor()
+    extractor.extract.predict.demos = [dspy.Example(
+        turns="Zed: I love Bern", facts=[], entities=[], qa=[])]
+    path = tmp_path / "extractor.json"
+    save_program(extractor, path)
+    handle = scripted(extract_reply)
+    with Memory.open(":memory:", lm=handle, embedder=None, programs={"extractor": path}) as m:
+        m.add([{"role": t["speaker"], "content": t["text"]} for t in SESSIONS[1]],
+              user_id="ana", infer=False)
+        assert m.flush("ana")  # facts were extracted
+        [run] = [r for r in m.store.runs.list("ana", limit=20) if r.config.get("program")]
+        assert run.config["program"] == {"path": str(path), "name": "extractor",
+                                         "sha256": program_hash(path)}
+        assert m.programs["extractor"]["sha256"] == program_hash(path)
+    prompts = [msg.text for r in handle.lm.engine.requests for msg in r.messages]
+    assert any("I love Bern" in text for text in prompts)  # its demo was shown
 
 
 def test_ingest_extracts_with_the_program_and_records_it(make_record: Any, write_json: Any,

@@ -33,9 +33,14 @@ from .core import (
     run_compile_bench,
     write_compile_outputs,
 )
+from .extractor import ExtractorTask
 from .qa import AnswererTask, QATask, compile_sets, qa_examples, read_split
+from .sparql import SparqlTask
+from .voe import VoETask
 
-TASKS: dict[str, type[ProgramTask]] = {"qa": QATask, "answerer": AnswererTask}
+TASKS: dict[str, type[ProgramTask]] = {"qa": QATask, "answerer": AnswererTask,
+                                        "extractor": ExtractorTask, "voe": VoETask,
+                                        "sparql": SparqlTask}
 """The programs the commands compile, by the name they take."""
 
 __all__ = ["BUDGETS", "BUDGET_MEANS", "COMPILE_TENANT", "DEFAULT_LIMIT", "OPTIMIZERS", "TASKS",

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import dspy
 from memstrata.memory import Embedder, SearchWeights, Store
@@ -56,6 +56,7 @@ from memstrata.trajectories import Recorder
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
+T = TypeVar("T")
 Optimizer = Literal["bootstrap", "mipro", "gepa", "simba"]
 OPTIMIZERS: tuple[Optimizer, ...] = ("bootstrap", "mipro", "gepa", "simba")
 DEFAULT_LIMIT = 40
@@ -92,14 +93,14 @@ BUDGETS: dict[Optimizer, Budget] = {
     "simba": Budget(main=2, max_bootstrapped_demos=2, num_candidates=3, minibatch_size=8),
 }
 BUDGET_MEANS: dict[Optimizer, str] = {
-    "bootstrap": "train questions tried, one teacher call each (it stops at 3 demos that "
-                 "pass): at most ~30 calls",
-    "mipro": "trials, each on a minibatch of 8 validation questions, after 3 demo sets and "
+    "bootstrap": "train examples tried, one teacher run each (it stops at 3 demos that "
+                 "pass): at most ~30 calls for qa",
+    "mipro": "trials, each on a minibatch of 8 validation examples, after 3 demo sets and "
              "3 instructions are proposed, then one pass over the validation set: ~100 calls",
     "gepa": "metric calls in all, the seed's pass over the validation set included, plus one "
             "reflection call per ~6 of them: ~115 calls",
-    "simba": "steps, each 3 candidates on a batch of 8 train questions (~50 calls), then up "
-             "to 3 programs on every train question: ~200 calls",
+    "simba": "steps, each 3 candidates on a batch of 8 train examples (~50 calls), then up "
+             "to 3 programs on every train example: ~200 calls",
 }
 
 
@@ -188,6 +189,28 @@ class CompileSets:
         return {str(e.id) for e in (*self.train, *self.val)}
 
 
+def spread(groups: Sequence[Sequence[T]], limit: int | None) -> list[T]:
+    """At most ``limit`` items of ``groups`` (one group a conversation, a level), returned
+    group by group, each in its order. ``None``: every item.
+
+    The quota goes round-robin over the groups (a small ``limit`` still sees every group),
+    and inside each group the picks are evenly spaced (late sessions as well as the first
+    turns). Deterministic: the same groups and limit, the same picks.
+    """
+    if limit is None:
+        return [item for group in groups for item in group]
+    quota = [0] * len(groups)
+    left = limit
+    while left > 0 and any(q < len(g) for q, g in zip(quota, groups, strict=True)):
+        for n, group in enumerate(groups):
+            if left > 0 and quota[n] < len(group):
+                quota[n] += 1
+                left -= 1
+    # Centred picks: j-th of q from n items at floor((2j + 1) n / 2q), distinct as n >= q.
+    return [group[(2 * j + 1) * len(group) // (2 * q)]
+            for group, q in zip(groups, quota, strict=True) for j in range(q)]
+
+
 class HeldoutScore(BaseModel):
     """One system's score on the held-out units: ``score`` is the task's headline
     (``ProgramTask.headline``), ``metrics`` its other figures (JSON values)."""
@@ -256,6 +279,9 @@ class ProgramTask(ABC):
     default_data: ClassVar[str | None] = None
     """The data ``--data`` defaults to (None: LoCoMo's dev file in ``../shared``)."""
     columns: ClassVar[tuple[str, ...]] = ()
+    labeled_demos: ClassVar[bool] = True
+    """Whether a training example is a whole demo (its labels are the program's outputs);
+    when not, the optimizers add no labelled demos (``max_labeled_demos`` 0)."""
 
     def __init__(self, models: Models, *, embedder: Embedder | None = None,
                  weights: SearchWeights | None = None, audit: str | Path | None = None,
@@ -407,6 +433,10 @@ class CompileJob:
     budget: Budget
     limit: int | None = DEFAULT_LIMIT
 
+    def __post_init__(self) -> None:
+        if not self.task.labeled_demos and self.budget.max_labeled_demos:
+            self.budget = self.budget.model_copy(update={"max_labeled_demos": 0})
+
     def recipe(self) -> dict[str, Any]:
         """What makes a compile the same compile: a file whose ``meta`` holds this recipe
         is reused by ``bench compile`` instead of compiled again."""
@@ -516,11 +546,11 @@ def run_compile_bench(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     compiles: dict[str, CompileResult] = {}
-    with Store.open(out / "compile.db") as store:
-        for name in optimizers:
-            job = CompileJob(task=task, optimizer=name, data=split_data,
+    jobs = {name: CompileJob(task=task, optimizer=name, data=split_data,
                              out=out / "programs" / f"{name}.json", budget=budgets[name],
-                             limit=limit)
+                             limit=limit) for name in optimizers}
+    with Store.open(out / "compile.db") as store:
+        for name, job in jobs.items():
             compiles[name] = reusable(job) or compile_program(job, store, progress=progress)
     systems: dict[str, Any] = {}
     for name in ("uncompiled", *optimizers):
@@ -543,7 +573,7 @@ def run_compile_bench(
             **{k: v for k, v in models.names().items() if k != "lm"},
             "data": str(data), "train": list(split.train), "val": list(split.val),
             "heldout": list(split.heldout), "limit": limit, "heldout_limit": heldout_limit,
-            "budgets": {n: budgets[n].model_dump() for n in optimizers},
+            "budgets": {n: jobs[n].budget.model_dump() for n in optimizers},
             **task.options(), "columns": list(task.columns), "systems": systems}
 
 
@@ -617,5 +647,5 @@ def write_compile_outputs(doc: dict[str, Any], out_dir: str | Path) -> list[Path
 __all__ = ["BUDGETS", "COMPILE_TENANT", "DEFAULT_LIMIT", "OPTIMIZERS", "Budget", "CompileJob",
            "CompileResult", "CompileSets", "HeldoutScore", "Models", "Optimizer", "ProgramTask",
            "Split", "SplitData", "budget_help", "compile_chart", "compile_program",
-           "compile_table", "optimize", "reusable", "run_compile_bench",
+           "compile_table", "optimize", "reusable", "run_compile_bench", "spread",
            "write_compile_outputs"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,6 +11,7 @@ import dspy
 from memstrata.memory.models import StrategyItem
 from memstrata.packers.context import Mode
 from memstrata.packers.layers import LayerBudgets, derived_constraints
+from memstrata.programs.compiled import ProgramRef
 from memstrata.programs.executors import Executor, ExecutorRun, ExecutorSettings
 from memstrata.programs.judging import Check
 from memstrata.tools import Binding, ToolSession
@@ -113,19 +114,63 @@ def sparql_agent(settings: ExecutorSettings | None = None, mode: Mode = "inject"
     return agent
 
 
+def compiled_sparql_agent(path: str | Path, settings: ExecutorSettings, mode: Mode
+                          ) -> tuple[Executor, ProgramRef]:
+    """The compiled SPARQL agent in the program file at ``path`` (``memstrata compile
+    sparql``), for a run with ``settings`` in ``mode``, and its reference (path and checked
+    SHA-256).
+
+    Raises:
+        ValueError: the file is not a program file, fails its hash check, holds another
+            program, or was compiled for other executor settings or another mode than the
+            run's (its tool slots, iteration cap and demos are those of the compile).
+    """
+    from memstrata.programs.compiled import load_program, program_ref
+
+    ref = program_ref(path, "sparql")
+    agent = load_program("sparql", path)
+    assert isinstance(agent, Executor)
+    if agent.settings != settings:
+        theirs, ours = agent.settings.model_dump(), settings.model_dump()
+        diff = {k: (theirs[k], ours[k]) for k in theirs if theirs[k] != ours[k]}
+        raise ValueError(f"{path} was compiled for other executor settings than this run's "
+                         "(" + ", ".join(f"{k}: {a!r} there, {b!r} here"
+                                         for k, (a, b) in diff.items()) + ")")
+    compiled_mode = getattr(agent, "mode", "inject")
+    if compiled_mode != mode:
+        raise ValueError(f"{path} was compiled for the {compiled_mode} mode, not this run's "
+                         f"{mode}")
+    return agent, ref
+
+
 class OntologySuite(Suite):
     """Suite (a): natural-language questions answered by SPARQL over Brick + a building.
 
+    Its agent may be a compiled ``sparql`` program (``program``; see
+    :func:`compiled_sparql_agent`).
+
     Args:
         task_file: an ``ontology_tasks.json``-format file (default: the shipped 62 tasks).
+        only: keep only these task ids (file order kept); None keeps every task.
+
+    Raises:
+        ValueError: an id of ``only`` is not in the file.
     """
 
     name = "ontology"
     scope = "ontology:brick"
     user_id = "experiment"
+    program = "sparql"
 
-    def __init__(self, task_file: Path | None = None) -> None:
+    def __init__(self, task_file: Path | None = None, only: Iterable[str] | None = None
+                 ) -> None:
         self._tasks = {t.id: t for t in load_tasks(task_file)}
+        if only is not None:
+            wanted = set(only)
+            if missing := sorted(wanted - set(self._tasks)):
+                raise ValueError(f"no task {', '.join(missing)} in "
+                                 f"{task_file or 'the shipped task file'}")
+            self._tasks = {i: t for i, t in self._tasks.items() if i in wanted}
         self._seed = SEEDS_DIR / "ontology.json"
         self._outcomes: OrderedDict[str, QueryOutcome] = OrderedDict()
 
@@ -179,6 +224,11 @@ class OntologySuite(Suite):
         in tools mode."""
         return [session.bind(_sparql_tool(settings.tools == "naive")),
                 *memory_tools(session, settings, mode)]
+
+    def compiled_agent(self, path: str | Path, settings: ExecutorSettings, mode: Mode
+                       ) -> tuple[Executor, ProgramRef]:
+        """The compiled SPARQL agent in ``path`` (:func:`compiled_sparql_agent`)."""
+        return compiled_sparql_agent(path, settings, mode)
 
     def checks(self, task: SuiteTask, run: ExecutorRun) -> list[Check]:
         """The query exists, parses and runs, returns rows, and shows no error-level

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memstrata.memory.bank import Action
+from memstrata.programs.compiled import ProgramRef
 from memstrata.programs.judging import Verdict
 from pydantic import BaseModel, Field, ValidationError
 
@@ -65,6 +66,8 @@ class TaskResult(BaseModel):
     retired: list[str] = Field(default_factory=list)
     bank_active: int = Field(0, description="active strategies after this task")
     run_ids: list[str] = Field(default_factory=list, description="trajectory ids")
+    program: ProgramRef | None = Field(None, description="the compiled program the agent "
+                                       "was (path and SHA-256); None: built per task")
     error: str | None = None
 
 

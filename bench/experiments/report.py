@@ -177,6 +177,9 @@ def render_markdown(summary: RunSummary, results: Sequence[TaskResult],
     out = [f"# {s.experiment}: {s.title}" if s.title else f"# {s.experiment}", "",
            f"- suite: {s.suite or '-'}", f"- model: {s.model or '-'}", f"- tasks: {s.tasks}"]
     out += [f"- {key}: {meta[key]}" for key in ("commit", "db") if key in meta]
+    if program := meta.get("program"):  # the compiled agent (experiment --program)
+        out.append(f"- program: {program['name']} {program['path']} (sha256 "
+                   f"{program['sha256']})")
 
     def section(name: str, body: list[str]) -> None:
         out.extend(["", f"## {name}", "", *body])

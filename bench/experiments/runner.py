@@ -15,10 +15,17 @@ suite, task order, the database state before and after), ``results.jsonl``,
 ``trajectories.jsonl`` (every recorded run: agent iterations, tool calls, verdicts,
 extractions, bank decisions), ``memory.db`` (the store the run used, checkpointed so
 the one file is complete), ``summary.json`` and ``summary.md``.
+
+With ``program`` (``memstrata experiment --program FILE``) the agent is a compiled
+program (``memstrata compile sparql``) instead of one built for each task: the file's
+path and SHA-256 are named in ``run.json`` and the summary's ``meta`` (``program``), on
+every line of ``results.jsonl`` and in every agent run's record, and a run is only
+resumed with the program it began with.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -29,12 +36,14 @@ from typing import Any
 
 from memstrata.memory.bank import active_strategies, embed_strategies
 from memstrata.memory.embed import Embedder, default_embedder
+from memstrata.memory.models import StrategyItem
 from memstrata.memory.retrieval import Retriever
-from memstrata.memory.store import Store
-from memstrata.packers.context import EMPTY, ContextBuilder, check_sent
+from memstrata.memory.store import ITEM_PREFIX, Store, content_hash
+from memstrata.packers.context import EMPTY, BuiltContext, ContextBuilder, check_sent
+from memstrata.programs.compiled import ProgramRef
 from memstrata.programs.distill import Attempt
 from memstrata.programs.errors import ProgramParseError
-from memstrata.programs.executors import ExecutorRun, render_trajectory, run_executor
+from memstrata.programs.executors import Executor, ExecutorRun, render_trajectory, run_executor
 from memstrata.programs.judging import Check, Verdict
 from memstrata.programs.lm import ModelHandle
 from memstrata.tools import ToolSession
@@ -65,13 +74,61 @@ def ordered(tasks: Sequence[SuiteTask], seed: int | None, limit: int | None
     return out[:limit] if limit is not None else out
 
 
+def _seed_id(item: StrategyItem) -> str:
+    """A seed-pack strategy's id, derived from its tenant, kind and content."""
+    key = "\0".join((item.user_id, item.kind, content_hash(item)))
+    return ITEM_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
+
+
 def _seed_bank(store: Store, suite: Suite) -> int:
+    """Add the suite's seed pack to ``store`` (a strategy already there is skipped), each
+    strategy under the same id in every store (:func:`_seed_id`). The ids are in the
+    memory text the agent is shown: random ones made a compile on that text irreproducible
+    (``memstrata compile sparql``: BootstrapFewShot draws each ReAct step demo by a hash
+    of its inputs) and left a compiled agent's demos naming ids no run's store holds. (A
+    strategy edited since it was seeded keeps that id; its original gets a fresh one.)"""
     added = 0
     for item in suite.seed_pack():
         if store.duplicate_of(item) is None:
-            store.add(item)
+            sid = _seed_id(item)
+            store.add(item if store.get(item.user_id, sid) is not None
+                      else item.model_copy(update={"id": sid}))
             added += 1
     return added
+
+
+def prepare_memory(store: Store, suite: Suite, config: ExperimentConfig,
+                   embedder: Embedder | None, *, seed: bool = True
+                   ) -> tuple[ContextBuilder, LayerSources, int]:
+    """Make ``store`` ready for ``suite``'s tasks under ``config``, as a run does: the
+    suite's data, the curated seed pack when the config seeds the bank (and ``seed``),
+    every active strategy embedded when ``embedder`` is given (the dense channel).
+
+    Returns the builder of each task's memory, the layers' raw material (built to the
+    config's budgets) and how many strategies were seeded. ``memstrata compile sparql``
+    builds its examples' memory with it, so a compiled agent learns from the very
+    context a run shows it.
+    """
+    suite.prepare(store)
+    seeded = _seed_bank(store, suite) if config.seed_bank and seed else 0
+    sources = suite.sources(config.budgets)
+    if embedder is not None:
+        # The seed pack, and on resume a bank grown before dense was on: every active
+        # strategy needs a vector before the first L2 build ranks them.
+        embed_strategies(store, suite.user_id, embedder)
+    return ContextBuilder(store, suite.user_id, Retriever(store, embedder)), sources, seeded
+
+
+def task_context(builder: ContextBuilder, suite: Suite, config: ExperimentConfig,
+                 sources: LayerSources, question: str) -> BuiltContext:
+    """The layered memory a run shows the agent for ``question`` (its text, or
+    ``EMPTY``, is the agent's ``memory`` input)."""
+    cfg = config
+    return builder.build(
+        question, scope=suite.scope if cfg.retrieval.scoped else None,
+        layers=set(cfg.layers), budgets=cfg.budgets, mode=cfg.mode, card=sources.card,
+        constraints=sources.constraints, derived=sources.derived,
+        artefact=sources.artefact)
 
 
 def _prepare_dir(out: Path, config: ExperimentConfig, resume: bool) -> list[TaskResult]:
@@ -110,25 +167,42 @@ class Runner:
         factory: an interpreter factory for the RLM/scratchpad executors (tests).
         embedder: the dense channel's encoder when ``config.retrieval.dense`` is on
             (default: the embedded static MiniLM, loaded offline); unused when it is off.
+        program: a compiled program file to run as the agent (``suite.compiled_agent``),
+            named in every record of the run.
+
+    Raises:
+        ValueError: ``program`` does not fit the suite or the config (another program,
+            other executor settings or mode), or fails its hash check.
     """
 
     def __init__(self, config: ExperimentConfig, suite: Suite, handle: ModelHandle,
                  out: Path, factory: Callable[[], Any] | None = None,
-                 embedder: Embedder | None = None) -> None:
+                 embedder: Embedder | None = None, program: str | Path | None = None
+                 ) -> None:
         self.config, self.suite, self.handle, self.out = config, suite, handle, out
         self.factory = factory
         self.embedder = (embedder or default_embedder()) if config.retrieval.dense else None
+        self.agent: Executor | None = None
+        self.program: ProgramRef | None = None
+        if program is not None:
+            self.agent, self.program = suite.compiled_agent(program, config.executor,
+                                                            config.mode)
 
     def run(self, *, limit: int | None = None, resume: bool = False,
             progress: bool = True) -> RunSummary:
         """The whole pass; returns the ``RunSummary`` it wrote."""
         cfg, suite = self.config, self.suite
         done = _prepare_dir(self.out, cfg, resume)
+        sha = self.program.sha256 if self.program is not None else None
+        if ran := sorted({r.program.sha256 if r.program else "none" for r in done}
+                         - {sha or "none"}):
+            raise ValueError(f"{self.out}: its tasks ran with another program (sha256 "
+                             f"{', '.join(ran)}); resume it with the --program it began with")
         store = Store.open(self.out / "memory.db")
         try:
-            suite.prepare(store)
             user = suite.user_id
-            seeded = _seed_bank(store, suite) if cfg.seed_bank and not done else 0
+            builder, sources, seeded = prepare_memory(store, suite, cfg, self.embedder,
+                                                      seed=not done)
             tasks = ordered(suite.tasks(), cfg.order_seed, limit)
             meta: dict[str, Any] = {
                 "commit": git_commit(), "code_version": code_version(),
@@ -136,15 +210,10 @@ class Runner:
                 "user_id": user, "db": str((self.out / "memory.db").resolve()),
                 "seeded": seeded, "order": [t.id for t in tasks],
                 "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "db_before": store.state_pointer(user), "resumed_after": len(done)}
+                "db_before": store.state_pointer(user), "resumed_after": len(done),
+                "program": self.program.model_dump() if self.program is not None else None}
             (self.out / "config.json").write_text(
                 json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
-            sources = suite.sources(cfg.budgets)
-            if self.embedder is not None:
-                # The seed pack, and on resume a bank grown before dense was on: every
-                # active strategy needs a vector before the first L2 build ranks them.
-                embed_strategies(store, user, self.embedder)
-            builder = ContextBuilder(store, user, Retriever(store, self.embedder))
             results = list(done)
             finished = {r.task_id for r in done}
             todo = [(i, t) for i, t in enumerate(tasks) if t.id not in finished]
@@ -175,11 +244,7 @@ class Runner:
               index: int, task: SuiteTask) -> TaskResult:
         cfg, suite, handle = self.config, self.suite, self.handle
         started, mark = time.perf_counter(), handle.meter.mark()
-        ctx = builder.build(
-            task.question, scope=suite.scope if cfg.retrieval.scoped else None,
-            layers=set(cfg.layers), budgets=cfg.budgets, mode=cfg.mode, card=sources.card,
-            constraints=sources.constraints, derived=sources.derived,
-            artefact=sources.artefact)
+        ctx = task_context(builder, suite, cfg, sources, task.question)
         judged = cfg.learn or cfg.rollouts.n > 1
         attempts: list[tuple[ExecutorRun, list[Check], Verdict | None]] = []
         for rollout in range(cfg.rollouts.n):
@@ -189,7 +254,8 @@ class Runner:
                     task.question, session, handle, cfg.executor,
                     context={"memory": ctx.text or EMPTY}, factory=self.factory,
                     layers=tuple(cfg.layers), signature=suite.signature(),
-                    tools=suite.tools(session, cfg.executor, cfg.mode))
+                    tools=suite.tools(session, cfg.executor, cfg.mode),
+                    executor=self.agent, program=self.program)
             checks = suite.checks(task, run)
             verdict = cfg.judging.judge(
                 task=task.question, trajectory=render_trajectory(run.steps),
@@ -220,7 +286,7 @@ class Runner:
             stdout_chars=sum(r.leakage.stdout_chars for r, _, _ in attempts),
             large_returns=sum(r.leakage.large_returns for r, _, _ in attempts),
             injected_ids=injected, verdict=verdict,
-            run_ids=[r.run_id for r, _, _ in attempts],
+            run_ids=[r.run_id for r, _, _ in attempts], program=self.program,
             error="; ".join(r.error for r, _, _ in attempts if r.error)[:1000] or None)
         if judged:
             self._loop(store, task, attempts, selected, [*injected, *fetched], result)

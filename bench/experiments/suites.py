@@ -20,7 +20,8 @@ from memstrata.memory.models import StrategyItem
 from memstrata.memory.store import Store
 from memstrata.packers.context import Mode
 from memstrata.packers.layers import LayerBudgets
-from memstrata.programs.executors import ExecutorRun, ExecutorSettings
+from memstrata.programs.compiled import ProgramRef
+from memstrata.programs.executors import Executor, ExecutorRun, ExecutorSettings
 from memstrata.programs.judging import Check
 from memstrata.tools import ToolSession
 from pydantic import BaseModel, Field
@@ -57,11 +58,17 @@ class LayerSources(BaseModel):
 
 
 class Suite(ABC):
-    """A sequence of tasks with their layers, agent, checks and gold grading."""
+    """A sequence of tasks with their layers, agent, checks and gold grading.
+
+    ``program`` names the compiled program (``programs.compiled.BUILDERS``) that may stand
+    in for the agent (``memstrata experiment --program FILE``); ``None``: the suite's
+    agent is always the one built per run.
+    """
 
     name: str
     scope: str
     user_id: str
+    program: str | None = None
 
     @abstractmethod
     def tasks(self) -> list[SuiteTask]:
@@ -87,6 +94,18 @@ class Suite(ABC):
     def tools(self, session: ToolSession, settings: ExecutorSettings, mode: Mode
               ) -> list[Callable[..., Any]]:
         """The agent's tools, bound to ``session`` so every call is logged."""
+
+    def compiled_agent(self, path: str | Path, settings: ExecutorSettings, mode: Mode
+                       ) -> tuple[Executor, ProgramRef]:
+        """The compiled agent in the program file at ``path``, for a run with
+        ``settings`` in ``mode``, and its reference (path and checked SHA-256).
+
+        Raises:
+            ValueError: this suite's agent takes no compiled program (the default), or
+                the file does not fit (see the suite's own).
+        """
+        raise ValueError(f"the {self.name} suite's agent takes no compiled program (the "
+                         "ontology suite's SPARQL agent does)")
 
     @abstractmethod
     def checks(self, task: SuiteTask, run: ExecutorRun) -> list[Check]:

@@ -134,6 +134,71 @@ def test_compile_writes_a_loadable_program_and_records_the_run(
     assert sum(s.kind == "llm" for s in steps) == meta["llm_calls"]
 
 
+@pytest.mark.parametrize("optimizer", ["bootstrap", "mipro", "gepa", "simba"])
+def test_the_answerer_compiles_end_to_end_and_answers_in_bench_locomo(
+        optimizer: str, data: Path, tmp_path: Path, model: list[Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstrata.programs.answer import PersonalAnswerer
+    from memstrata.programs.binding import UnboundProgramError
+
+    if optimizer == "mipro":
+        pytest.importorskip("optuna")
+    prepared: list[bool] = []  # per run of the answerer: whether that copy was bound
+    prepare = PersonalAnswerer.prepare
+
+    def spy(self: PersonalAnswerer, *args: Any, **kwargs: Any) -> Any:
+        prepared.append(self.sources.bound)
+        return prepare(self, *args, **kwargs)
+
+    monkeypatch.setattr(PersonalAnswerer, "prepare", spy)
+    out = tmp_path / "answerer.json"
+    assert main(["compile", "answerer", "--optimizer", optimizer, "--lm", "local/x", "--data",
+                 str(data), *SPLIT, "--out", str(out), "--no-dense", "--budget",
+                 BUDGET[optimizer]]) == 0
+    # The optimizer ran unbound copies of the answerer (its runs, not just its QA), each
+    # reading the compile's store through answering_from; the examples' own packing is
+    # the one bound run per example before them.
+    assert False in prepared
+    answerer = load_program("answerer", out)
+    assert isinstance(answerer, PersonalAnswerer) and not answerer.sources.bound
+    with pytest.raises(UnboundProgramError):  # the compile's store did not stay bound
+        answerer.prepare("Where does Ana live?", "conv-1")
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["program"] == "answerer" and meta["llm_calls"] > 0
+    # Each training run packed its own memories: the program was run end to end.
+    with Store.open(f"{out}.db") as store:
+        [run] = store.runs.list("compile")
+        calls = [s for s in store.runs.steps("compile", run.id) if s.kind == "llm"]
+    assert len(calls) == meta["llm_calls"]
+    if optimizer == "bootstrap":
+        demos = answerer.qa.respond.predict.demos
+        assert demos and all("memories" in d for d in demos)
+    bench = tmp_path / "bench"
+    assert main(["bench", "locomo", "--program", str(out), "--data", str(data), "--lm",
+                 "local/x", "--out", str(bench), "--no-dense", "--conversations", "conv-4",
+                 "--systems", "memstrata"]) == 0
+    doc = json.loads((bench / "locomo.json").read_text())
+    assert doc["program"]["name"] == "answerer"
+    assert doc["program"]["sha256"] == program_hash(out)
+
+
+def test_bench_locomo_refuses_an_answerer_with_other_settings(
+        data: Path, tmp_path: Path) -> None:
+    from memstrata.bench.qa import compiled_qa
+    from memstrata.programs.answer import AnswerSettings, PersonalAnswerer
+    from memstrata.programs.compiled import save_program
+
+    settings = QASettings()
+    out = tmp_path / "a.json"
+    save_program(PersonalAnswerer(settings=AnswerSettings(retrieve_k=7), qa=QA(settings.style)),
+                 out, name="answerer")
+    with pytest.raises(ValueError, match="answer settings"):
+        compiled_qa(out, settings)
+    save_program(PersonalAnswerer(qa=QA(settings.style)), out, name="answerer")
+    qa, ref = compiled_qa(out, settings)
+    assert isinstance(qa, QA) and ref.name == "answerer"
+
+
 def test_an_interrupted_compile_is_recorded_with_its_calls(data: Path, tmp_path: Path,
                                                            scripted: Any) -> None:
     from memstrata.bench.compile import BUDGETS, CompileJob, Models, QATask, compile_program
@@ -208,8 +273,8 @@ def test_a_bad_split_is_refused_before_any_model_loads(
     with pytest.raises(SystemExit, match="both --val and --heldout"):
         main(["bench", "compile", "qa", "--data", str(data), *SPLIT, "--heldout", "conv-3",
               "--out", str(tmp_path / "b")])
-    with pytest.raises(SystemExit):  # only qa compiles: argparse refuses the others
-        main(["compile", "extractor", "--optimizer", "bootstrap", "--data", str(data), *SPLIT,
+    with pytest.raises(SystemExit):  # argparse refuses a program that is not compiled
+        main(["compile", "nonesuch", "--optimizer", "bootstrap", "--data", str(data), *SPLIT,
               "--out", str(tmp_path / "p.json")])
     with pytest.raises(SystemExit, match="--budget"):
         main([*base, *SPLIT, "--budget", "0"])
