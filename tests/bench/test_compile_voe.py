@@ -2,8 +2,8 @@
 tiny LoCoMo-format file: the examples are the predictions ``bench voe`` scores, in the
 context its responder is shown; each optimizer compiles ``voe.responder`` into a file
 that loads with its demos and instructions; no held-out message reaches a compile; the
-bench writes ``hit_rate`` per system and a re-run makes no call; a bad split is refused
-before any model loads."""
+bench writes ``similarity`` and ``hit_rate`` per system and a re-run makes no call; a bad
+split is refused before any model loads."""
 
 from __future__ import annotations
 
@@ -219,8 +219,8 @@ def test_bench_compile_voe_scores_hit_rate_and_a_rerun_makes_no_call(
             "bootstrap", "--budget", "bootstrap=4", "--limit", "4"]
     assert main(args) == 0
     doc = json.loads((out / "compile.json").read_text())
-    assert doc["program"] == "voe.responder" and doc["headline"] == "hit_rate"
-    assert doc["columns"] == ["similarity"] and doc["history_turns"] == 12
+    assert doc["program"] == "voe.responder" and doc["headline"] == "similarity"
+    assert doc["columns"] == ["hit_rate"] and doc["history_turns"] == 12
     assert list(doc["systems"]) == ["uncompiled", "bootstrap"]
     # The scripted responder repeats the user's last message: its hits are known.
     contexts = voe_contexts(VoETask.read(data, Split.parse("conv-1", "conv-2", "conv-4"))
@@ -230,7 +230,9 @@ def test_bench_compile_voe_scores_hit_rate_and_a_rerun_makes_no_call(
     for row in doc["systems"].values():
         assert row["hit_rate"] == round(hits / len(contexts), 4) and 0 < hits < len(contexts)
         assert row["predictions"] == row["items"] == len(contexts) == 10
-        assert isinstance(row["similarity"], float) and row["failures"] == 0
+        assert row["similarity"] == round(sum(
+            fuzzy(c.history.splitlines()[-1].removeprefix("user: "), c.actual)
+            for c in contexts) / len(contexts), 4) and row["failures"] == 0
         assert row["heldout_llm_calls"] == 10
     meta = json.loads((out / "programs" / "bootstrap.json").read_text())["meta"]
     assert not [i for i in meta["train_ids"] + meta["val_ids"] if i.startswith("conv-4")]
