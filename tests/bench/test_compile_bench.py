@@ -20,6 +20,7 @@ from memstrata.programs.compiled import load_program, program_hash
 from memstrata.programs.qa import QA
 
 from memstrata.cli import main
+from tests.bench.compile_helpers import optimizer_reply, scripted_cli_models, tiny_locomo
 from tests.conftest import field, locomo_record
 
 PEOPLE = {"conv-1": ("Ana", "Ben", "Oslo", "baker"), "conv-2": ("Cleo", "Dan", "Paris", "nurse"),
@@ -46,11 +47,6 @@ def _record(sample_id: str) -> dict[str, Any]:
     return locomo_record(sample_id, speakers=(a, b), sessions=sessions, qa=qa)
 
 
-def _output_fields(system: str) -> list[str]:
-    block = re.search(r"Your output fields are:\n(.*?)(?:\n\n|$)", system, re.S)
-    return re.findall(r"`(\w+)`", block[1]) if block else []
-
-
 def reply(system: str, user: str, schema: dict[str, Any] | None) -> Any:
     """QA copies the fact the question asks for (else abstains); an optimizer's own
     prompts (DSPy's chat format) get a short instruction in every output field."""
@@ -61,37 +57,19 @@ def reply(system: str, user: str, schema: dict[str, Any] | None) -> Any:
         m = re.search(r"\[(D\d+:\d+)[^\]]*\][^\n]*?" + FACTS[cue], user) if cue else None
         return {"answer": m[2], "evidence": [m[1]]} if m else {"answer": "Not mentioned",
                                                                "evidence": []}
-    if schema is not None:
-        return {k: [] if v.get("type") == "array" else {} if v.get("type") == "object"
-                else "Copy the answer." for k, v in props.items()}
-    names = _output_fields(system)
-    if not names:  # a bare reflection prompt
-        return "```\nCopy the answer from the memories, in a few words.\n```"
-    return "\n\n".join(f"[[ ## {n} ## ]]\n" + ("{}" if "advice" in n else
-                                              "Copy the answer from the memories.")
-                       for n in names) + "\n\n[[ ## completed ## ]]"
+    return optimizer_reply(system, schema, text="Copy the answer from the memories.",
+                           instruction="Copy the answer from the memories, in a few words.")
 
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny_locomo.json"
-    path.write_text(json.dumps([_record(s) for s in PEOPLE]), encoding="utf-8")
-    return path
+    return tiny_locomo(tmp_path, [_record(s) for s in PEOPLE])
 
 
 @pytest.fixture
 def model(monkeypatch: pytest.MonkeyPatch, scripted: Any) -> list[Any]:
     """Every model the CLI sets up is the scripted one; the handles made are listed."""
-    import memstrata.programs as programs
-
-    made: list[Any] = []
-
-    def setup(*args: Any, **kwargs: Any) -> Any:
-        made.append(scripted(reply))
-        return made[-1]
-
-    monkeypatch.setattr(programs, "setup_lm", setup)
-    return made
+    return scripted_cli_models(monkeypatch, scripted, reply)
 
 
 def _compile(data: Path, out: Path, optimizer: str, *extra: str) -> int:
@@ -256,23 +234,25 @@ def test_the_split_never_leaks_a_question(data: Path, scripted: Any) -> None:
     assert {q.split("#")[0] for q in sets.ids} == {"conv-1", "conv-2", "conv-3"}
 
 
+@pytest.mark.parametrize("program", ["qa", "answerer", "extractor", "voe"])
 def test_a_bad_split_is_refused_before_any_model_loads(
-        data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        program: str, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import memstrata.programs as programs
 
     def no_model(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a model was set up")
 
     monkeypatch.setattr(programs, "setup_lm", no_model)
-    base = ["compile", "qa", "--optimizer", "bootstrap", "--data", str(data),
+    base = ["compile", program, "--optimizer", "bootstrap", "--data", str(data),
             "--out", str(tmp_path / "p.json")]
     with pytest.raises(SystemExit, match="no conversation conv-9"):
         main([*base, "--train", "conv-1,conv-9", "--val", "conv-3"])
     with pytest.raises(SystemExit, match="conv-3 is in both --train and --val"):
         main([*base, "--train", "conv-1,conv-3", "--val", "conv-3"])
     with pytest.raises(SystemExit, match="both --val and --heldout"):
-        main(["bench", "compile", "qa", "--data", str(data), *SPLIT, "--heldout", "conv-3",
+        main(["bench", "compile", program, "--data", str(data), *SPLIT, "--heldout", "conv-3",
               "--out", str(tmp_path / "b")])
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "b").exists()
     with pytest.raises(SystemExit):  # argparse refuses a program that is not compiled
         main(["compile", "nonesuch", "--optimizer", "bootstrap", "--data", str(data), *SPLIT,
               "--out", str(tmp_path / "p.json")])

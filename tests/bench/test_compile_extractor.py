@@ -33,6 +33,7 @@ from memstrata.programs.extractor import Extractor
 from memstrata.programs.metrics import extractor_metric
 
 from memstrata.cli import main
+from tests.bench.compile_helpers import optimizer_reply, scripted_cli_models, tiny_locomo
 from tests.conftest import field, locomo_record
 
 PEOPLE = {"conv-1": ("Ana", "Ben", "Oslo", "baker"), "conv-2": ("Cleo", "Dan", "Paris", "nurse"),
@@ -71,11 +72,6 @@ def _record(sample_id: str) -> dict[str, Any]:
     return locomo_record(sample_id, speakers=(a, b), sessions=sessions, qa=qa)
 
 
-def _output_fields(system: str) -> list[str]:
-    block = re.search(r"Your output fields are:\n(.*?)(?:\n\n|$)", system, re.S)
-    return re.findall(r"`(\w+)`", block[1]) if block else []
-
-
 def reply(system: str, user: str, schema: dict[str, Any] | None) -> Any:
     """The extractor proposes each fact a turn states (grounded) and one it invents (not
     grounded); an optimizer's own prompts get a short instruction in every field."""
@@ -89,37 +85,19 @@ def reply(system: str, user: str, schema: dict[str, Any] | None) -> Any:
                     facts.append({"subject": speaker, "predicate": predicate, "object": m[1]})
         facts.append({"subject": "Ana", "predicate": "collects", "object": "purple kites"})
         return {"facts": facts[:5], "entities": [], "qa": []}
-    if schema is not None:
-        return {k: [] if v.get("type") == "array" else {} if v.get("type") == "object"
-                else "Copy the facts the turns state." for k, v in props.items()}
-    names = _output_fields(system)
-    if not names:  # a bare reflection prompt
-        return "```\nCopy the facts the turns state, in their words.\n```"
-    return "\n\n".join(f"[[ ## {n} ## ]]\n" + ("{}" if "advice" in n else
-                                              "Copy the facts the turns state.")
-                       for n in names) + "\n\n[[ ## completed ## ]]"
+    return optimizer_reply(system, schema, text="Copy the facts the turns state.",
+                           instruction="Copy the facts the turns state, in their words.")
 
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny_locomo.json"
-    path.write_text(json.dumps([_record(s) for s in PEOPLE]), encoding="utf-8")
-    return path
+    return tiny_locomo(tmp_path, [_record(s) for s in PEOPLE])
 
 
 @pytest.fixture
 def model(monkeypatch: pytest.MonkeyPatch, scripted: Any) -> list[Any]:
     """Every model the CLI sets up is the scripted one; the handles made are listed."""
-    import memstrata.programs as programs
-
-    made: list[Any] = []
-
-    def setup(*args: Any, **kwargs: Any) -> Any:
-        made.append(scripted(reply))
-        return made[-1]
-
-    monkeypatch.setattr(programs, "setup_lm", setup)
-    return made
+    return scripted_cli_models(monkeypatch, scripted, reply)
 
 
 def test_the_extractor_task_is_registered() -> None:
@@ -295,26 +273,6 @@ def test_the_heldout_limit_extracts_the_first_chunks_and_scores_their_questions(
         assert not store.turns("conv-4")
         [run] = store.runs.list("conv-3")
     assert run.config["max_chunks"] == 2
-
-
-def test_a_bad_split_is_refused_before_any_model_loads(
-        data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import memstrata.programs as programs
-
-    def no_model(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("a model was set up")
-
-    monkeypatch.setattr(programs, "setup_lm", no_model)
-    base = ["compile", "extractor", "--optimizer", "bootstrap", "--data", str(data),
-            "--out", str(tmp_path / "p.json")]
-    with pytest.raises(SystemExit, match="no conversation conv-9"):
-        main([*base, "--train", "conv-1,conv-9", "--val", "conv-3"])
-    with pytest.raises(SystemExit, match="conv-3 is in both --train and --val"):
-        main([*base, "--train", "conv-1,conv-3", "--val", "conv-3"])
-    with pytest.raises(SystemExit, match="both --val and --heldout"):
-        main(["bench", "compile", "extractor", "--data", str(data), *SPLIT, "--heldout",
-              "conv-3", "--out", str(tmp_path / "b")])
-    assert not (tmp_path / "p.json").exists() and not (tmp_path / "b").exists()
 
 
 def test_a_shown_chunk_is_a_chunk() -> None:

@@ -23,6 +23,7 @@ from memstrata.programs.compiled import load_program, program_hash, save_program
 from memstrata.programs.voe import NO_FACTS, VoEResponder, VoESettings
 
 from memstrata.cli import main
+from tests.bench.compile_helpers import optimizer_reply, scripted_cli_models, tiny_locomo
 from tests.conftest import field, locomo_record
 
 PEOPLE = {"conv-1": ("Ana", "Ben", "Rex"), "conv-2": ("Cleo", "Dan", "Milo"),
@@ -59,11 +60,6 @@ def _record(sample_id: str) -> dict[str, Any]:
     return locomo_record(sample_id, speakers=(a, b), sessions=sessions)
 
 
-def _output_fields(system: str) -> list[str]:
-    block = re.search(r"Your output fields are:\n(.*?)(?:\n\n|$)", system, re.S)
-    return re.findall(r"`(\w+)`", block[1]) if block else []
-
-
 def reply(system: str, user: str, schema: dict[str, Any] | None) -> Any:
     """The responder predicts the user's last message again; the loop's predictor
     (``bench voe``) names a fact; an optimizer's own prompts (DSPy's chat format) get a
@@ -77,37 +73,19 @@ def reply(system: str, user: str, schema: dict[str, Any] | None) -> Any:
                 "needed_info": ["dog"]}
     if "prediction" in props:
         return {"prediction": "dog", "needed_info": ["dog"]}
-    if schema is not None:
-        return {k: [] if v.get("type") == "array" else {} if v.get("type") == "object"
-                else "Repeat the user's last message." for k, v in props.items()}
-    names = _output_fields(system)
-    if not names:  # a bare reflection prompt
-        return "```\nPredict that the user repeats their last message.\n```"
-    return "\n\n".join(f"[[ ## {n} ## ]]\n" + ("{}" if "advice" in n else
-                                              "Predict that the user repeats themselves.")
-                       for n in names) + "\n\n[[ ## completed ## ]]"
+    return optimizer_reply(system, schema, text="Predict that the user repeats themselves.",
+                           instruction="Predict that the user repeats their last message.")
 
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny_locomo.json"
-    path.write_text(json.dumps([_record(s) for s in PEOPLE]), encoding="utf-8")
-    return path
+    return tiny_locomo(tmp_path, [_record(s) for s in PEOPLE])
 
 
 @pytest.fixture
 def model(monkeypatch: pytest.MonkeyPatch, scripted: Any) -> list[Any]:
     """Every model the CLI sets up is the scripted one; the handles made are listed."""
-    import memstrata.programs as programs
-
-    made: list[Any] = []
-
-    def setup(*args: Any, **kwargs: Any) -> Any:
-        made.append(scripted(reply))
-        return made[-1]
-
-    monkeypatch.setattr(programs, "setup_lm", setup)
-    return made
+    return scripted_cli_models(monkeypatch, scripted, reply)
 
 
 def test_the_examples_are_the_predictions_bench_voe_scores(
@@ -250,23 +228,3 @@ def test_bench_compile_voe_scores_hit_rate_and_a_rerun_makes_no_call(
     from memstrata.chat_commands import _programs
 
     assert list(_programs([str(out / "programs" / "bootstrap.json")])) == ["voe.responder"]
-
-
-def test_a_bad_split_is_refused_before_any_model_loads(
-        data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import memstrata.programs as programs
-
-    def no_model(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("a model was set up")
-
-    monkeypatch.setattr(programs, "setup_lm", no_model)
-    base = ["compile", "voe", "--optimizer", "bootstrap", "--data", str(data),
-            "--out", str(tmp_path / "p.json")]
-    with pytest.raises(SystemExit, match="no conversation conv-9"):
-        main([*base, "--train", "conv-1,conv-9", "--val", "conv-3"])
-    with pytest.raises(SystemExit, match="conv-3 is in both --train and --val"):
-        main([*base, "--train", "conv-1,conv-3", "--val", "conv-3"])
-    with pytest.raises(SystemExit, match="both --val and --heldout"):
-        main(["bench", "compile", "voe", "--data", str(data), *SPLIT, "--heldout", "conv-3",
-              "--out", str(tmp_path / "b")])
-    assert not (tmp_path / "p.json").exists() and not (tmp_path / "b").exists()
