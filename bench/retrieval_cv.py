@@ -26,15 +26,16 @@ from .metrics import recall_at_k
 # not tuned on conversation-sized data.
 KNOBS: dict[str, tuple[float, ...]] = {
     "dense": (0.2, 0.4, 0.7),
-    "speaker_channels": (0.25, 0.5, 0.8),
+    "speaker_channels": (0.1, 0.25, 0.5),
     "context": (0.25, 0.5, 0.8),
     "feedback": (0.4, 0.8, 1.2),
     "expansion": (0.5, 1.0, 1.5),
-    "expansion_sim": (0.4, 0.45, 0.5),
-    "session": (0.0, 0.3, 0.6),
-    "speaker_boost": (0.0, 0.3, 0.6),
-    "time_boost": (0.0, 0.5, 1.0),
+    "expansion_sim": (0.45, 0.5, 0.55),
+    "session": (0.3, 0.6, 1.0),
+    "speaker_boost": (0.3, 0.6, 1.0),
+    "time_boost": (0.5, 1.0, 2.0),
     "graph": (0.0, 0.1, 0.3),
+    "graph_second": (0.0, 0.5, 1.0),
 }
 
 #: qid -> that question's ranked turn ids, for the given weights and questions.

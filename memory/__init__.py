@@ -9,6 +9,7 @@ from .embed import (
     MiniLMEmbedder,
     MPNetEmbedder,
     StaticMiniLMEmbedder,
+    StaticModelEmbedder,
     default_embedder,
     embedder_by_name,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "EntityItem", "EpisodicItem", "FactItem", "Filters", "Hit", "Item", "MPNetEmbedder",
     "MiniLMEmbedder", "PersonaItem", "ProceduralItem", "ProspectiveItem", "QAPairItem",
     "QueryAnalysis", "Retriever", "SearchWeights", "SemanticItem", "SensoryItem", "Session",
-    "StaticMiniLMEmbedder", "Store", "StoreError", "StrategyItem", "Turn", "WorkingItem",
+    "StaticMiniLMEmbedder", "StaticModelEmbedder", "Store", "StoreError", "StrategyItem",
+    "Turn", "WorkingItem",
     "analyse", "default_embedder", "embedder_by_name",
 ]

@@ -13,7 +13,8 @@
   ``~/.cache/memstrata/embedders/`` and every file is checked against the upstream
   SHA-256s pinned in ``encoder_weights.py``.
 
-:func:`embedder_by_name` picks one by name (``static``, ``minilm``, ``mpnet``).
+:func:`embedder_by_name` picks one by name (``static``, ``minilm``, ``mpnet``) or, for
+any other model2vec static model (:class:`StaticModelEmbedder`), by its folder.
 Vectors are L2-normalised float32: cosine is a dot product.
 """
 
@@ -80,6 +81,27 @@ class StaticMiniLMEmbedder:
                          dtype=np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
+
+
+class StaticModelEmbedder(StaticMiniLMEmbedder):
+    """Any model2vec static model in a local folder (one distilled with
+    ``model2vec.distill``, say), named after the folder; its vectors are stored under that
+    name. Loads offline, like the default.
+
+    Raises:
+        RuntimeError: the folder holds no ``model.safetensors``.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self.name = Path(path).resolve().name
+        self.dim = int(self._model.embedding.shape[1])
+
+
+def is_static_model_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a folder holding a model2vec static model."""
+    folder = Path(path)
+    return (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
 
 
 def _skip_disabled_bars() -> None:
@@ -192,18 +214,23 @@ EMBEDDERS: Mapping[str, Callable[[], Embedder]] = {
 
 
 def embedder_by_name(name: str) -> Embedder:
-    """The embedder called ``name``: a key of :data:`EMBEDDERS` or an embedder's ``name``.
+    """The embedder called ``name``: a key of :data:`EMBEDDERS`, an embedder's ``name``,
+    or the path of a folder holding a model2vec static model (:class:`StaticModelEmbedder`).
 
     ``static`` (also ``minilm-static-256``) is the process-wide default; the others load
     a new model on each call.
 
     Raises:
-        ValueError: no embedder has that name (the message lists them).
+        ValueError: no embedder has that name and no such folder exists (the message
+            lists the names).
         MissingExtraError: the chosen embedder's extra is not installed.
     """
     aliases = {DEFAULT_MODEL: "static", MiniLMEmbedder.name: "minilm",
                MPNetEmbedder.name: "mpnet"}
     key = aliases.get(name, name).lower()
     if key not in EMBEDDERS:
-        raise ValueError(f"unknown embedder {name!r}: choose one of {', '.join(EMBEDDERS)}")
+        if is_static_model_dir(name):
+            return StaticModelEmbedder(name)
+        raise ValueError(f"unknown embedder {name!r}: choose one of {', '.join(EMBEDDERS)}, "
+                         "or give the folder of a model2vec static model")
     return EMBEDDERS[key]()

@@ -3,18 +3,20 @@
 Channels each rank a candidate pool. By default each channel's scores are divided by
 its best score and summed with weights ("max"); min-max normalisation ("minmax") and
 weighted reciprocal-rank fusion ("rrf", Cormack et al. 2009) are the other choices.
-Measured on the LoCoMo dev split (static embedder): max 0.699/0.766 recall@5/@10, minmax
-0.691/0.773, rrf ~0.68/0.76. RRF gives a weak channel's top ranks as much say as a strong
-one's (dense is far weaker than bm25 here); min-max blows tiny bm25 differences in a
-small store up to the full range, so "max" is the default.
-Priors then scale the fused score (a named speaker, a named time span, recency), and
-one hop over the edges table lets a strong hit pull in its neighbours (the next turn
-that answers a question, the turn a fact was derived from); last, each turn is scaled by
-the best score in its session (see ``_session_prior``). With an embedder bound, the
-lexical channel also re-runs with the tenant's words nearest to the query's (see
-``expand.py``): on the LoCoMo dev split these two took recall@10 from 0.790 to 0.822,
-and to 0.820 when every knob of theirs was tuned on four conversations and scored on
-the fifth (leave-one-conversation-out).
+RRF gives a weak channel's top ranks as much say as a strong one's (dense is far weaker
+than bm25 on conversations); min-max blows tiny bm25 differences in a small store up to
+the full range, so "max" is the default.
+Priors then scale the fused score (a named speaker, a named time span, recency); a walk
+of one or two hops over the edges table lets a strong hit pull in its neighbours (the
+turns that answer a question, the turn a fact was derived from); last, each turn is
+scaled by the best score in its session (see ``_session_prior``). With an embedder
+bound, the lexical channel also re-runs with the tenant's words nearest to the query's
+(see ``expand.py``).
+
+The default weights are the ones ``memstrata bench retrieval --cv``'s knob search
+(``bench/retrieval_cv.py``) chose over the LoCoMo dev split; the same search, run with
+one conversation left out at a time, is how their worth on unseen conversations is
+measured (README, "Retrieval").
 
 Every weight is a knob in :class:`SearchWeights`; a weight of 0 switches a channel off.
 """
@@ -48,7 +50,7 @@ class SearchWeights(BaseModel):
     lexical: float = Field(1.0, ge=0, description="bm25 over turns and items")
     dense: float = Field(0.4, ge=0, description="cosine over stored embeddings")
     speaker_channels: float = Field(
-        0.5, ge=0, description="lexical + dense restricted to the speakers the query names"
+        0.25, ge=0, description="lexical + dense restricted to the speakers the query names"
     )
     tags: float = Field(0.5, ge=0, description="fuzzy match of query words to item tags")
     context: float = Field(
@@ -65,21 +67,24 @@ class SearchWeights(BaseModel):
         1.0, ge=0, description="bm25 re-run with the tenant's words nearest to the query's "
         "in the embedder's space (needs an embedder; see expand.py)")
     expansion_sim: float = Field(
-        0.45, ge=-1, le=1, description="least cosine of an expansion word to a query word")
+        0.5, ge=-1, le=1, description="least cosine of an expansion word to a query word")
     expansion_per_word: int = Field(3, ge=0, description="expansion words per query word")
     expansion_max_rows: int = Field(
         50_000, ge=0, description="skip expansion for tenants with more rows than this "
         "(their vocabulary would be read inside a query; 0 = never skip)")
     session: float = Field(
-        0.3, ge=0, description="x(1+w*s) for turns, s = the best score in the turn's session "
+        0.6, ge=0, description="x(1+w*s) for turns, s = the best score in the turn's session "
         "over the best score overall")
-    speaker_boost: float = Field(0.3, ge=0, description="x(1+w) for hits by a named speaker")
-    time_boost: float = Field(0.5, ge=0, description="x(1+w) for hits inside a named time span")
+    speaker_boost: float = Field(0.6, ge=0, description="x(1+w) for hits by a named speaker")
+    time_boost: float = Field(1.0, ge=0, description="x(1+w) for hits inside a named time span")
     recency: float = Field(
         0.0, ge=0, description="x(1+w*r), r in [0,1] the hit's event-time rank, newest = 1"
     )
     graph: float = Field(0.1, ge=0, description="share of a seed's score given to neighbours")
     graph_seeds: int = Field(10, ge=0, description="top hits whose neighbours are expanded")
+    graph_second: float = Field(
+        1.0, ge=0, description="share given to nodes two edges from a seed, relative to "
+        "direct neighbours (0 = one hop only)")
     fusion: Literal["rrf", "minmax", "max"] = Field(
         "max", description="score sum scaled by each channel's best (max), min-max, or RRF"
     )
@@ -329,10 +334,9 @@ class Retriever:
 
         Passage retrieval gains from the score of the document around a passage (Callan
         1994); a conversation's session is that document: it keeps to a few topics, and
-        the turns that answer a question sit near the turn that matched it best.
-        Measured on the LoCoMo dev split (with expansion): recall@10 0.810 -> 0.822 at
-        weight 0.3 (0.820 at 0.2, 0.819 at 0.5; without expansion 0.790 -> 0.803); a
-        session's best turn beat the sum of its best three or ten turns.
+        the turns that answer a question sit near the turn that matched it best. (A
+        session's best turn scored better as its measure than the sum of its best three
+        or ten turns.)
         """
         turns = [r for r in scores if r[0] == "turn"]
         best_overall = max(scores.values(), default=0.0)
@@ -353,19 +357,25 @@ class Retriever:
 
     def _expand_graph(self, user_id: str, scores: dict[Ref, float], allowed: set[Ref] | None,
                       nodes: Sequence[str]) -> None:
+        """Give each neighbour of the ``graph_seeds`` best hits ``graph`` x the edge
+        weight x its seed's score; with ``graph_second`` > 0 the walk takes a second hop,
+        at that share again (in a conversation: the turns two away from a hit, where the
+        answer to a question asked about the hit often sits)."""
         w = self.weights
         if not w.graph or not w.graph_seeds:
             return
         seeds = self.store.ids(user_id, heapq.nlargest(w.graph_seeds, scores,
                                                         key=scores.__getitem__))
         seed_refs = {node_id: ref for ref, node_id in seeds.items()}
-        reached = self.store.neighbors(user_id, list(seeds.values()), hops=1)
+        reached = self.store.neighbors(user_id, list(seeds.values()),
+                                       hops=2 if w.graph_second else 1)
         refs = self.store.refs(user_id, [n for n in reached if node_type(n) in nodes])
-        for node_id, (_depth, weight, seed) in reached.items():
+        for node_id, (depth, weight, seed) in reached.items():
             ref = refs.get(node_id)
             if ref is None or (allowed is not None and ref not in allowed):
                 continue
-            scores[ref] = scores.get(ref, 0.0) + w.graph * weight * scores[seed_refs[seed]]
+            share = w.graph * (1.0 if depth == 1 else w.graph_second)
+            scores[ref] = scores.get(ref, 0.0) + share * weight * scores[seed_refs[seed]]
 
 
 def _fuse(rankings: list[tuple[float, list[tuple[Ref, float]]]], how: str, k: int

@@ -13,6 +13,7 @@ import importlib.metadata
 import io
 import itertools
 import re
+import shutil
 import socket
 import sys
 import zipfile
@@ -22,7 +23,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from memstrata.memory import MPNetEmbedder, StaticMiniLMEmbedder, embedder_by_name
+from memstrata.memory import (
+    MPNetEmbedder,
+    StaticMiniLMEmbedder,
+    StaticModelEmbedder,
+    embedder_by_name,
+)
 from memstrata.memory import embed as embed_module
 from memstrata.memory import encoder_weights as weights_module
 from memstrata.memory.encoder_weights import (
@@ -163,6 +169,20 @@ def test_embedders_are_chosen_by_short_or_model_name() -> None:
     with pytest.raises(ValueError, match="unknown embedder 'bert': choose one of static, "
                        "minilm, mpnet"):
         embedder_by_name("bert")
+
+
+def test_a_static_model_folder_is_an_embedder(tmp_path: Path) -> None:
+    """Any model2vec folder (a locally distilled model) loads by its path, named after it."""
+    folder = tmp_path / "my-static-256"
+    shutil.copytree(embed_module.STATIC_MODEL_DIR, folder)
+    mine = embedder_by_name(str(folder))
+    assert isinstance(mine, StaticModelEmbedder)
+    assert (mine.name, mine.dim) == ("my-static-256", 256)
+    texts = ["pottery class on Saturday", "we went camping"]
+    assert np.allclose(mine.encode(texts), embed_module.default_embedder().encode(texts))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="or give the folder of a model2vec static model"):
+        embedder_by_name(str(tmp_path / "empty"))
 
 
 def test_the_cli_takes_an_embedder_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import numpy as np
+import pytest
 from memstrata.memory import (
     Edge,
     Embedder,
@@ -168,6 +169,26 @@ def test_graph_expansion_pulls_in_a_neighbour(store: Store) -> None:
     assert 0 < by_id[linked] < by_id[seed]
     without = Retriever(store, weights=SearchWeights(graph=0)).search(U, "guinea pig", k=5)
     assert [h.id for h in without] == [seed, weak]
+
+
+def test_graph_second_hop_reaches_two_edges_out_at_its_share(store: Store) -> None:
+    """A hit's neighbour gets ``graph`` x its score; the neighbour's neighbour, only with
+    ``graph_second`` > 0, ``graph`` x ``graph_second`` x its score."""
+    seed = store.add(FactItem(user_id=U, text="Oscar the guinea pig eats guinea pig food"))
+    near = store.add(FactItem(user_id=U, text="an unrelated sentence entirely"))
+    far = store.add(FactItem(user_id=U, text="another sentence about nothing"))
+    store.add_edges([Edge(user_id=U, src=seed, dst=near, relation="follows"),
+                     Edge(user_id=U, src=near, dst=far, relation="follows")])
+    knobs = {"graph": 0.2, "session": 0, "context": 0, "feedback": 0}
+    one = {h.id: h.score for h in Retriever(
+        store, weights=SearchWeights(**knobs, graph_second=0)).search(U, "guinea pig", k=5)}
+    assert set(one) == {seed, near}
+    two = {h.id: h.score for h in Retriever(
+        store, weights=SearchWeights(**knobs, graph_second=0.5)).search(U, "guinea pig", k=5)}
+    assert set(two) == {seed, near, far}
+    assert two[seed] == one[seed]
+    assert two[near] == pytest.approx(0.2 * two[seed])
+    assert two[far] == pytest.approx(0.2 * 0.5 * two[seed])
 
 
 def test_lone_match_keeps_a_positive_score(store: Store) -> None:
