@@ -16,7 +16,7 @@ bound, the lexical channel also re-runs with the tenant's words nearest to the q
 The default weights are the ones ``memstrata bench retrieval --cv``'s knob search
 (``bench/retrieval_cv.py``) chose over the LoCoMo dev split; the same search, run with
 one conversation left out at a time, is how their worth on unseen conversations is
-measured (README, "Retrieval").
+measured (README, "Measured": `bench retrieval --cv`).
 
 Every weight is a knob in :class:`SearchWeights`; a weight of 0 switches a channel off.
 """

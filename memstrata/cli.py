@@ -59,7 +59,8 @@ def _embedder(enabled: bool, name: str | None = None, flag: str = "--embedder"):
 def _add_embedder_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedder", metavar="NAME",
                    help="embedding model: static (the default), minilm or mpnet (extras of "
-                   "those names); a store is searched with the model that embedded it")
+                   "those names), or the folder of a model2vec static model; a store is "
+                   "searched with the model that embedded it")
 
 
 def _weights(raw: str | None):
@@ -571,8 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "knobs chosen on the others (leave-one-conversation-out); needs two "
                    "conversations or more")
     p.add_argument("--encoders", metavar="NAMES",
-                   help="more embedders to measure in the same run, comma-separated (e.g. "
-                   "mpnet,minilm): each adds dense:<model> and memstrata:<model> systems")
+                   help="more embedders to measure in the same run, comma-separated names "
+                   "or model2vec folders (e.g. mpnet,minilm): each adds dense:<model> and "
+                   "memstrata:<model> systems")
     p.add_argument("--rerank-lm", metavar="MODEL",
                    help="add memstrata+rerank: memstrata's top hits reordered by one call of "
                    "this LLM per question (e.g. local/qwen2.5-coder-1.5b), its cost reported; "
