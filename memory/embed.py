@@ -98,7 +98,7 @@ class StaticModelEmbedder(StaticMiniLMEmbedder):
         self.dim = int(self._model.embedding.shape[1])
 
 
-def is_static_model_dir(path: str | Path) -> bool:
+def _is_static_model_dir(path: str | Path) -> bool:
     """Whether ``path`` is a folder holding a model2vec static model."""
     folder = Path(path)
     return (folder / "model.safetensors").is_file() and (folder / "config.json").is_file()
@@ -229,7 +229,7 @@ def embedder_by_name(name: str) -> Embedder:
                MPNetEmbedder.name: "mpnet"}
     key = aliases.get(name, name).lower()
     if key not in EMBEDDERS:
-        if is_static_model_dir(name):
+        if _is_static_model_dir(name):
             return StaticModelEmbedder(name)
         raise ValueError(f"unknown embedder {name!r}: choose one of {', '.join(EMBEDDERS)}, "
                          "or give the folder of a model2vec static model")
