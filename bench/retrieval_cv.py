@@ -25,6 +25,7 @@ from .metrics import recall_at_k
 # weights and priors only: structural settings (fusion, pool, the big-tenant guards) are
 # not tuned on conversation-sized data.
 KNOBS: dict[str, tuple[float, ...]] = {
+    "idf_shift": (0.0, 1.0, 2.0),
     "dense": (0.2, 0.4, 0.7),
     "speaker_channels": (0.1, 0.25, 0.5),
     "context": (0.25, 0.5, 0.8),

@@ -14,10 +14,12 @@ from .store.postings import (
     Postings,
     RowLengths,
     Scored,
+    TenantStats,
     _row_totals,
     _varints,
     averages,
     bm25_scores,
+    read_postings,
     with_terms,
 )
 
@@ -28,9 +30,11 @@ __all__ = [
     "Postings",
     "RowLengths",
     "Scored",
+    "TenantStats",
     "_row_totals",
     "_varints",
     "averages",
     "bm25_scores",
+    "read_postings",
     "with_terms",
 ]

@@ -48,6 +48,9 @@ class SearchWeights(BaseModel):
     """Fusion knobs. Channel weights multiply RRF terms; boosts multiply fused scores."""
 
     lexical: float = Field(1.0, ge=0, description="bm25 over turns and items")
+    idf_shift: float = Field(
+        1.0, ge=0, description="added to every query term's bm25 idf: how much one more "
+        "matched query word counts, whatever its rarity")
     dense: float = Field(0.4, ge=0, description="cosine over stored embeddings")
     speaker_channels: float = Field(
         0.25, ge=0, description="lexical + dense restricted to the speakers the query names"
@@ -187,7 +190,7 @@ class Retriever:
         lexical = self.store.lexical_refs
         if w.lexical:
             hits = lexical(user_id, qa.tokens, node=node, k=w.pool, filters=filters,
-                           context_weight=w.context, **common)
+                           context_weight=w.context, idf_shift=w.idf_shift, **common)
             out.append((w.lexical, hits))
             top = [i for i, _ in hits[: w.feedback_docs]]
             extra = self._feedback_terms(user_id, top, qa) if w.feedback and hits else []
@@ -205,17 +208,17 @@ class Retriever:
                 # 100k items such re-runs were the slowest tenth of the queries.
                 out.append((w.feedback, lexical(
                     user_id, qa.tokens, node=node, k=w.pool, filters=filters,
-                    context_weight=w.context, also=extra, **common)))
+                    context_weight=w.context, idf_shift=w.idf_shift, also=extra, **common)))
             elif extra and affordable:
                 out.append((w.feedback, lexical(
                     user_id, terms, node=node, k=w.pool, filters=filters,
-                    context_weight=w.context, **common)))
+                    context_weight=w.context, idf_shift=w.idf_shift, **common)))
             if expansion:
                 # The query's own words stay in: the new words add candidates that share
                 # the query's topic; alone they drift (a word's neighbours are not all apt).
                 out.append((w.expansion, lexical(
                     user_id, qa.content_tokens + expansion, node=node, k=w.pool,
-                    filters=filters, context_weight=w.context, **common)))
+                    filters=filters, context_weight=w.context, idf_shift=w.idf_shift, **common)))
         if w.speaker_channels and node == "turn":
             for name in qa.speakers:
                 narrowed = Filters(
@@ -224,7 +227,7 @@ class Retriever:
                 )
                 out.append((w.speaker_channels, lexical(
                     user_id, qa.content_tokens, node=node, k=w.pool, filters=narrowed,
-                    context_weight=w.context, **common)))
+                    context_weight=w.context, idf_shift=w.idf_shift, **common)))
         return out
 
     def _dense_channels(self, user_id: str, qa: QueryAnalysis, query_vec: np.ndarray,

@@ -209,10 +209,10 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         6,
         "tenant-prefixed fts terms",
         # Every indexed term becomes the tenant's own ("<tenant token>x<term>"), so a query
-        # needs no "tenant : ... AND", which intersected a big tenant's whole posting list
-        # (text.fts_match). Index strings are our own tokens (letters and digits only), so
-        # building a JSON array from them by replacing spaces is safe. The tenant column
-        # is no longer read; it is emptied so it stops costing index space.
+        # needs no "tenant : ... AND", which intersected a big tenant's whole posting list.
+        # Index strings are our own tokens (letters and digits only), so building a JSON
+        # array from them by replacing spaces is safe. The tenant column is no longer
+        # read; it is emptied so it stops costing index space.
         f"""
         UPDATE turns_fts SET body = {_PREFIXED.format(column="body")},
                              context = {_PREFIXED.format(column="context")}, tenant = '';

@@ -1,13 +1,16 @@
 """Text normalisation shared by the lexical index, the query side and the baselines.
 
-One tokenizer serves FTS5 indexing, FTS5 querying and the rank-bm25 "normalised tokens"
-baseline, so lexical scores are comparable and a query can never speak FTS5 syntax: the
-MATCH expression is built from our own tokens, each one double-quoted.
+One tokenizer serves FTS5 indexing, querying and the rank-bm25 "normalised tokens"
+baseline, so lexical scores are comparable. A query never reaches FTS5's ``MATCH``: its
+tokens are looked up as terms (``fts_term``, ``tenant_term``), so no text of a user's is
+ever read as FTS5 syntax.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Sequence
 from functools import lru_cache
 
 import Stemmer
@@ -59,7 +62,7 @@ def tokens(text: str) -> list[str]:
 
 def index_text(text: str, tenant: str = "") -> str:
     """The string stored in an FTS5 column: normalised tokens joined by spaces, each
-    prefixed with the tenant's token when one is given (see ``fts_match``)."""
+    prefixed with the tenant's token when one is given (``tenant_term``)."""
     return " ".join(tenant_term(tenant, t) for t in tokens(text))
 
 
@@ -72,21 +75,29 @@ def tenant_term(tenant: str, token: str) -> str:
     return f"{tenant}{TENANT_JOIN}{token}" if tenant else token
 
 
-def fts_match(
-    query_tokens: list[str], *, tenant_token: str | None = None, columns: str = "body"
-) -> str | None:
-    """Build a safe FTS5 MATCH expression (OR of quoted tokens), or None if nothing is left.
+_LATIN = ((0x00C0, 0x024F), (0x1E00, 0x1EFF))
+"""The Latin blocks whose letters FTS5's ``remove_diacritics`` folds to their base."""
 
-    Every token is wrapped in double quotes with inner quotes doubled, so FTS5 operators
-    in user text (``NEAR``, ``*``, ``-``, ``(``, ``"``) are plain text. With a tenant
-    token, each term is that tenant's own term (indexed with ``index_text(..., tenant)``):
-    the tenant is in every posting list, so no ``tenant : ... AND`` has to intersect a
-    big tenant's whole posting list (measured at 100k rows: 5.9 -> 3.1 ms a query p50).
-    """
-    # NUL ends a C string inside SQLite's parser: drop it rather than fail the query.
-    unique = list(dict.fromkeys(t.replace("\x00", "") for t in query_tokens if t.strip("\x00")))
-    if not unique:
-        return None
-    terms = " OR ".join('"' + tenant_term(tenant_token or "", t).replace('"', '""') + '"'
-                        for t in unique)
-    return f"{{{columns}}} : ({terms})"
+
+@lru_cache(maxsize=65536)
+def fts_term(token: str) -> str:
+    """``token`` as FTS5's ``unicode61`` tokenizer stores it: lower case, and a Latin
+    letter's diacritics removed (``café`` -> ``cafe``)."""
+    token = token.lower()
+    if token.isascii():
+        return token
+    out = []
+    for ch in token:
+        if any(lo <= ord(ch) <= hi for lo, hi in _LATIN):
+            base = "".join(c for c in unicodedata.normalize("NFD", ch)
+                           if not unicodedata.combining(c))
+            out.append(base or ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def match_tokens(tokens: Sequence[str]) -> list[str]:
+    """Query tokens as the stores match them: NUL removed (it ends a C string inside
+    SQLite's parser), empty ones dropped, duplicates once."""
+    return list(dict.fromkeys(t.replace("\x00", "") for t in tokens if t.strip("\x00")))

@@ -62,11 +62,11 @@ class StoreConnection(EmbedderSetting):
         # Inside ``reading``: rows a search already read, (tenant, ref) -> (id, facets).
         self._seen: dict[tuple[str, Ref], tuple[str, Facets]] | None = None
         self._cache = VersionedCache(self.CACHE_ENTRIES, self.CACHE_BYTES)
-        self._rare_memo: tuple[tuple[Any, ...], tuple[list[tuple[Ref, float]], Scored | None]
-                               ] | None = None
+        self._rare_memo: tuple[tuple[Any, ...], Scored] | None = None
         # Row lengths for bm25 from the posting lists (postings.py); ``_touched`` holds the
         # rowids this connection re-wrote or deleted since the last sync.
-        self._lengths = {"turn": RowLengths("turns_fts", 3), "item": RowLengths("items_fts", 2)}
+        self._lengths = {"turn": RowLengths("turns_fts", 3, "turns"),
+                         "item": RowLengths("items_fts", 2, "items")}
         self._lengths_at: dict[str, tuple[int, int]] = {}
         self._touched: dict[str, set[int]] = {"turn": set(), "item": set()}
         self._postings = Postings()

@@ -5,25 +5,30 @@ table, one B-tree lookup per row. On the scale benchmark's 100k-item tenant that
 was about two thirds of a query's scoring time (rare terms: ~2,200 matched rows, 2.1 ms
 a query; walking the same posting lists alone, 0.7 ms). :class:`RowLengths` keeps every
 row's length in a NumPy array, kept in step with the index, and :func:`bm25_scores` scores
-the rows of the posting lists with FTS5's own formula: the same scores to the last bit.
-:class:`Postings` keeps decoded lists of recent terms, and :func:`with_terms` adds common
-terms' scores to a rare-term ranking (``Store.lexical_refs``) from them, where FTS5 took
-~0.9 ms to score the rows holding both (at 100k items, on the half of the queries that
-have a common term).
+the rows of the posting lists with FTS5's own formula. :class:`Postings` keeps decoded
+lists of recent terms, and :func:`with_terms` adds common terms' scores to a rare-term
+ranking (``Store.lexical_refs``) from them.
 
 The formula (``fts5Bm25Function`` in SQLite's ``fts5_aux.c``): for each query term,
-``idf = log((N - n + 0.5) / (n + 0.5))`` (at least 1e-6) with ``N`` the index's rows and
-``n`` the rows holding the term in the searched columns; a row scores
+``idf = log((N - n + 0.5) / (n + 0.5))`` (at least 1e-6) with ``n`` the rows holding the
+term in the searched columns; a row scores
 ``sum(idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)))`` with ``f`` the term's
-column-weighted count in the row, ``D`` the row's tokens over all columns and ``avgdl``
-the index's mean. ``N`` and the column totals come from FTS5's averages record.
+column-weighted count in the row and ``D`` the row's tokens over all columns. One
+difference from FTS5's ``bm25()``, deliberate: ``N`` and ``avgdl`` are the *tenant's*
+(:class:`TenantStats`, from the per-row owners :class:`RowLengths` keeps), where FTS5's
+span every tenant of the file; ``n`` is the tenant's already (terms carry the tenant's
+token). So a tenant's scores depend on its own rows only, as on PostgreSQL, and with one
+tenant in a file they are FTS5's to the last bit. ``idf_shift`` (0 here; the retriever's
+``SearchWeights`` sets its own) is added to every term's idf: how much matching one more
+query word counts, whatever its rarity.
 
 SQLite-specific, all of it: the posting-list reader of the SQLite backend's lexical
-channel (``lexical.py``). Its three queries read FTS5's own tables (the ``%_data``
-averages record, ``%_docsize`` row lengths and the ``fts5vocab`` instance table) and
-decode FTS5's record format. It lives in the store package because it is store access
-that only ``LexicalSearch`` reaches; ``memstrata.memory.postings`` re-exports it. A
-PostgreSQL backend has no counterpart (its ranking runs in the database).
+channel (``lexical.py``). Its queries read FTS5's own tables (the ``%_data`` averages
+record, ``%_docsize`` row lengths and the ``fts5vocab`` instance table), decoding FTS5's
+record format, and each indexed row's ``user_id`` from the table it indexes. It lives in
+the store package because it is store access that only ``LexicalSearch`` reaches;
+``memstrata.memory.postings`` re-exports it. A PostgreSQL backend has no counterpart (its
+ranking runs in the database).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -85,8 +91,20 @@ def _row_totals(rows: Sequence[tuple[int, bytes]], columns: int) -> tuple[np.nda
     return ids, totals
 
 
+@dataclass(frozen=True)
+class TenantStats:
+    """bm25's collection statistics for one tenant's rows of an index (``rows`` > 0)."""
+
+    rows: int
+    avgdl: float
+    idf_shift: float = 0.0
+
+
 class RowLengths:
-    """Every row's token count (all columns) in one FTS5 index, indexed by rowid.
+    """Every row's token count (all columns) and owner in one FTS5 index, by rowid.
+
+    ``table`` is the indexed table (its rowids are the index's), read for each row's
+    ``user_id``; :meth:`tenant` gives one tenant's row count and token total from them.
 
     :meth:`sync` keeps it exact: a full read when another connection wrote; else the
     rows this connection re-wrote (``touched``: updated or deleted rowids) and the rows
@@ -94,18 +112,40 @@ class RowLengths:
     against FTS5's averages record falls back to a full read if anything was missed.
     """
 
-    def __init__(self, fts: str, columns: int) -> None:
+    def __init__(self, fts: str, columns: int, table: str) -> None:
         self.fts = fts
         self.columns = columns
+        self.table = table
         self.lengths = np.full(0, -1, np.int64)  # -1: no such row
+        self.owner = np.full(0, -1, np.int64)  # the row's tenant code (-1: unknown)
         self.rows = 0
         self.tokens = 0
         self.last = 0  # the highest rowid present
+        self._codes: dict[str, int] = {}
+        self._tenant_rows = np.zeros(0, np.int64)
+        self._tenant_tokens = np.zeros(0, np.int64)
 
-    @property
-    def avgdl(self) -> float:
-        """Mean tokens per row (FTS5's ``avgdl``); call only with rows present."""
-        return self.tokens / self.rows
+    def tenant(self, user_id: str) -> tuple[int, int]:
+        """``(rows, tokens)`` of one tenant's rows in the index (synced, as ``rows``)."""
+        code = self._codes.get(user_id)
+        if code is None:
+            return 0, 0
+        return int(self._tenant_rows[code]), int(self._tenant_tokens[code])
+
+    def stats(self, user_id: str, idf_shift: float = 0.0) -> TenantStats | None:
+        """The tenant's :class:`TenantStats`, or None when it has no row in the index."""
+        rows, tokens = self.tenant(user_id)
+        return TenantStats(rows, tokens / rows, idf_shift) if rows else None
+
+    @classmethod
+    def of_tenant(cls, conn: sqlite3.Connection, fts: str, columns: int, table: str,
+                  user_id: str) -> RowLengths:
+        """A cache of one tenant's rows only, read now (for a read inside a write
+        transaction, whose uncommitted rows the shared cache must not keep)."""
+        cache = cls(fts, columns, table)
+        cache._load(conn, f"{{id}} IN (SELECT rowid FROM {table} WHERE user_id = ?)",
+                    [user_id])
+        return cache
 
     def sync(self, conn: sqlite3.Connection, touched: set[int], foreign: bool) -> None:
         """Bring the cache up to date with the index (see the class docstring)."""
@@ -117,42 +157,78 @@ class RowLengths:
                 ids = sorted(touched)
                 for i in range(0, len(ids), 500):
                     chunk = ids[i : i + 500]
-                    self._set(np.asarray(chunk, np.int64), np.full(len(chunk), -1, np.int64))
-                    self._load(conn, f"id IN ({','.join('?' * len(chunk))})", chunk)
+                    self._set(np.asarray(chunk, np.int64), np.full(len(chunk), -1, np.int64),
+                              np.full(len(chunk), -1, np.int64))
+                    self._load(conn, f"{{id}} IN ({','.join('?' * len(chunk))})", chunk)
             if self.last in touched and self.lengths[self.last] < 0:
                 # The last row went: a new one may take its rowid (no AUTOINCREMENT).
                 present = np.flatnonzero(self.lengths >= 0)
                 self.last = int(present[-1]) if len(present) else 0
-            self._load(conn, "id > ?", [self.last])
+            self._load(conn, "{id} > ?", [self.last])
         if self.rows != rows or self.tokens != tokens:
             self._read_all(conn)
 
     def _read_all(self, conn: sqlite3.Connection) -> None:
         self.lengths = np.full(0, -1, np.int64)
+        self.owner = np.full(0, -1, np.int64)
         self.rows = self.tokens = self.last = 0
+        self._tenant_rows[:] = 0
+        self._tenant_tokens[:] = 0
         self._load(conn, "1", [])
 
-    def _load(self, conn: sqlite3.Connection, where: str, args: list[int]) -> None:
-        rows = conn.execute(f"SELECT id, sz FROM {self.fts}_docsize WHERE {where}", args
-                            ).fetchall()
-        if rows:
-            self._set(*_row_totals(rows, self.columns))
+    def _load(self, conn: sqlite3.Connection, where: str, args: list[Any]) -> None:
+        """Read the rows ``where`` selects (``{id}`` stands for the rowid column)."""
+        rows = conn.execute(f"SELECT id, sz FROM {self.fts}_docsize WHERE "
+                            + where.format(id="id"), args).fetchall()
+        if not rows:
+            return
+        ids, totals = _row_totals(rows, self.columns)
+        owners = dict(conn.execute(f"SELECT rowid, user_id FROM {self.table} WHERE "
+                                   + where.format(id="rowid"), args))
+        self._set(ids, totals, np.fromiter((self._code(owners.get(i)) for i in ids.tolist()),
+                                           np.int64, len(ids)))
 
-    def _set(self, ids: np.ndarray, totals: np.ndarray) -> None:
+    def _code(self, user_id: str | None) -> int:
+        if user_id is None:
+            return -1
+        code = self._codes.get(user_id)
+        if code is None:
+            code = self._codes[user_id] = len(self._codes)
+            if code >= len(self._tenant_rows):
+                size = max(2 * len(self._tenant_rows), 16)
+                self._tenant_rows = np.resize(self._tenant_rows, size)
+                self._tenant_rows[code:] = 0
+                self._tenant_tokens = np.resize(self._tenant_tokens, size)
+                self._tenant_tokens[code:] = 0
+        return code
+
+    def _set(self, ids: np.ndarray, totals: np.ndarray, owners: np.ndarray) -> None:
         if not len(ids):
             return
         top = int(ids.max())
         if top >= len(self.lengths):
-            grown = np.full(max(top + 1, 2 * len(self.lengths)), -1, np.int64)
+            size = max(top + 1, 2 * len(self.lengths))
+            grown = np.full(size, -1, np.int64)
             grown[: len(self.lengths)] = self.lengths
             self.lengths = grown
-        old = self.lengths[ids]
+            grown = np.full(size, -1, np.int64)
+            grown[: len(self.owner)] = self.owner
+            self.owner = grown
+        old, old_owner = self.lengths[ids], self.owner[ids]
         had = old >= 0
-        self.rows += int((totals >= 0).sum() - had.sum())
-        self.tokens += int(totals[totals >= 0].sum() - old[had].sum())
+        now = totals >= 0
+        self.rows += int(now.sum() - had.sum())
+        self.tokens += int(totals[now].sum() - old[had].sum())
+        gone = had & (old_owner >= 0)
+        np.subtract.at(self._tenant_rows, old_owner[gone], 1)
+        np.subtract.at(self._tenant_tokens, old_owner[gone], old[gone])
+        came = now & (owners >= 0)
+        np.add.at(self._tenant_rows, owners[came], 1)
+        np.add.at(self._tenant_tokens, owners[came], totals[came])
         self.lengths[ids] = totals
-        if (totals >= 0).any():
-            self.last = max(self.last, int(ids[totals >= 0].max()))
+        self.owner[ids] = np.where(now, owners, -1)
+        if now.any():
+            self.last = max(self.last, int(ids[now].max()))
 
 
 POSTINGS_BUDGET = 2_000_000
@@ -175,21 +251,13 @@ class Postings:
                                  tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._size = 0
         self._version: object = None
-        self._asked: set[tuple[str, str, tuple[tuple[str, float], ...]]] = set()
 
     def get(self, conn: sqlite3.Connection, version: object, instances: str, term: str,
-            weights: Mapping[str, float], *, first_miss: bool = True
-            ) -> tuple[np.ndarray, np.ndarray] | None:
+            weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, counts)`` of ``term`` in the columns ``weights`` names (counts
-        weighted by them), from ``instances``, the index's instance vocabulary.
-
-        With ``first_miss=False`` a list not yet kept is only read the second time it
-        is asked for (None the first time): for callers with a cheaper way to answer
-        once, which would pay for reading a long list that is never asked for again.
-        """
+        weighted by them), from ``instances``, the index's instance vocabulary."""
         if version != self._version:
             self._lists.clear()
-            self._asked.clear()
             self._size = 0
             self._version = version
         key = (instances, term, tuple(weights.items()))
@@ -197,13 +265,7 @@ class Postings:
         if hit is not None:
             self._lists.move_to_end(key)
             return hit
-        if not first_miss and key not in self._asked:
-            if len(self._asked) >= self.budget // 100:  # bounded too: a long read-only run
-                self._asked.clear()
-            self._asked.add(key)
-            return None
-        self._asked.discard(key)
-        found = self._read(conn, instances, term, weights)
+        found = read_postings(conn, instances, term, weights)
         self._lists[key] = found
         self._size += max(len(found[0]), 1)
         while self._size > self.budget and len(self._lists) > 1:
@@ -211,21 +273,22 @@ class Postings:
             self._size -= max(len(rows), 1)
         return found
 
-    @staticmethod
-    def _read(conn: sqlite3.Connection, instances: str, term: str,
-              weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-        # One joined string per column: building a Python tuple per posting cost ~2x more.
-        found = [(np.array(joined.split(","), np.int64), weights[col]) for col, joined in
-                 conn.execute(f"SELECT col, group_concat(doc) FROM {instances} WHERE term = ?"
-                              " GROUP BY col", (term,)) if col in weights]
-        if not found:
-            return np.zeros(0, np.int64), np.zeros(0, np.float64)
-        doc = np.concatenate([d for d, _ in found])
-        weight = np.concatenate([np.full(len(d), w, np.float64) for d, w in found])
-        rows, inverse = np.unique(doc, return_inverse=True)
-        # Columns come in order and instances within them: bincount adds each row's
-        # weights one instance at a time, as FTS5 does.
-        return rows, np.bincount(inverse, weights=weight)
+
+def read_postings(conn: sqlite3.Connection, instances: str, term: str,
+                  weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, counts)`` of ``term`` read from the instance table (see ``Postings.get``)."""
+    # One joined string per column: building a Python tuple per posting cost ~2x more.
+    found = [(np.array(joined.split(","), np.int64), weights[col]) for col, joined in
+             conn.execute(f"SELECT col, group_concat(doc) FROM {instances} WHERE term = ?"
+                          " GROUP BY col", (term,)) if col in weights]
+    if not found:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    doc = np.concatenate([d for d, _ in found])
+    weight = np.concatenate([np.full(len(d), w, np.float64) for d, w in found])
+    rows, inverse = np.unique(doc, return_inverse=True)
+    # Columns come in order and instances within them: bincount adds each row's
+    # weights one instance at a time, as FTS5 does.
+    return rows, np.bincount(inverse, weights=weight)
 
 
 @dataclass(frozen=True)
@@ -241,24 +304,24 @@ class Scored:
         return list(zip(self.rows[best].tolist(), self.scores[best].tolist(), strict=True))
 
 
-def _idf(rows: int, docs: int) -> float:
-    return max(math.log((rows - docs + 0.5) / (docs + 0.5)), 1e-6)
+def idf(stats: TenantStats, docs: int) -> float:
+    """A term's idf: FTS5's, over the tenant's rows, plus ``idf_shift``."""
+    return max(math.log((stats.rows - docs + 0.5) / (docs + 0.5)), 1e-6) + stats.idf_shift
 
 
-def _part(lengths: RowLengths, rows: np.ndarray, freq: np.ndarray, docs: int) -> np.ndarray:
+def _part(lengths: RowLengths, stats: TenantStats, rows: np.ndarray, freq: np.ndarray,
+          docs: int) -> np.ndarray:
     """One term's bm25 in ``rows`` (``freq`` its weighted counts there, ``docs`` the rows
     holding it), in FTS5's order of operations."""
-    norm = K1 * (1 - B + B * lengths.lengths[rows] / lengths.avgdl)
-    return _idf(lengths.rows, docs) * ((freq * (K1 + 1.0)) / (freq + norm))
+    norm = K1 * (1 - B + B * lengths.lengths[rows] / stats.avgdl)
+    return idf(stats, docs) * ((freq * (K1 + 1.0)) / (freq + norm))
 
 
-def bm25_scores(lengths: RowLengths, lists: Sequence[tuple[np.ndarray, np.ndarray]]
-                ) -> Scored | None:
+def bm25_scores(lengths: RowLengths, stats: TenantStats,
+                lists: Sequence[tuple[np.ndarray, np.ndarray]]) -> Scored | None:
     """bm25 of every row holding any of the query terms whose :class:`Postings` lists
     are ``lists`` (in query order; their OR), or None when no row does. ``lengths``
-    must be synced."""
-    if lengths.rows == 0:
-        return None
+    must be synced and hold the rows; ``stats`` are the tenant's."""
     kept = [(rows, freq) for rows, freq in lists if len(rows)]
     if not kept:
         return None
@@ -267,12 +330,12 @@ def bm25_scores(lengths: RowLengths, lists: Sequence[tuple[np.ndarray, np.ndarra
         # Only a damaged index names a row its table never had.
         raise StoreError("", sqlite3.SQLITE_CORRUPT, f"the search index names row {rows[-1]} "
                          f"of {len(lengths.lengths) - 1}")
-    parts = np.concatenate([_part(lengths, r, f, len(r)) for r, f in kept])
+    parts = np.concatenate([_part(lengths, stats, r, f, len(r)) for r, f in kept])
     # bincount adds each row's terms in query order, as FTS5 sums its phrases.
     return Scored(rows, np.bincount(inverse, weights=parts))
 
 
-def with_terms(lengths: RowLengths, scored: Scored,
+def with_terms(lengths: RowLengths, stats: TenantStats, scored: Scored,
                lists: Sequence[tuple[np.ndarray, np.ndarray]]) -> Scored:
     """``scored`` with more terms' bm25 added to its rows (``lists`` as for
     :func:`bm25_scores`): FTS5's bm25 of ``(scored's terms) AND (these terms)`` where a
@@ -283,5 +346,5 @@ def with_terms(lengths: RowLengths, scored: Scored,
             continue
         at = np.minimum(np.searchsorted(rows, scored.rows), len(rows) - 1)
         f = np.where(rows[at] == scored.rows, freq[at], 0.0)
-        total = total + _part(lengths, scored.rows, f, len(rows))  # a row without it: + 0.0
+        total = total + _part(lengths, stats, scored.rows, f, len(rows))  # a row without it: + 0.0
     return Scored(scored.rows, total)

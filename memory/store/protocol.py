@@ -206,8 +206,8 @@ class SearchStore(Protocol):
     def lexical_refs(self, user_id: str, query_tokens: list[str], *, node: str, k: int,
                      filters: Filters | None = None, context_weight: float = 0.0,
                      common_share: float = 0.0, common_min_docs: int = 0,
-                     common_budget: int = 0, also: Sequence[str] = ()
-                     ) -> list[tuple[Ref, float]]: ...
+                     common_budget: int = 0, also: Sequence[str] = (),
+                     idf_shift: float = 0.0) -> list[tuple[Ref, float]]: ...
 
     def match_cost(self, user_id: str, query_tokens: list[str], *, node: str,
                    common_share: float = 0.0, common_min_docs: int = 0,

@@ -44,7 +44,7 @@ class Facets(NamedTuple):
 
 
 def tenant_token(user_id: str) -> str:
-    """The FTS5 token that marks a tenant's rows (a hash: any user id is safe in MATCH)."""
+    """The prefix of a tenant's index terms (a hash: any user id makes a plain FTS5 token)."""
     return "u" + hashlib.sha1(user_id.encode()).hexdigest()[:20]
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memstrata.memory import FactItem, Retriever, Store, Turn
-from memstrata.memory.text import fts_match, tokens
+from memstrata.memory.text import tokens
 
 U = "fts-user"
 
@@ -109,38 +107,6 @@ def test_stop_word_and_empty_queries_return_empty_lists(store: Store, embedder) 
         assert Retriever(store).search(U, query, k=5) == []
     assert Retriever(store).search(U, "violin", k=0) == []
     assert store.lexical(U, tokens("violin"), node="item", k=0) == []
-
-
-def _fts_ok(expression: str | None) -> None:
-    if expression is None:
-        return
-    conn = sqlite3.connect(":memory:")
-    try:
-        conn.execute("CREATE VIRTUAL TABLE f USING fts5(tenant, body, context)")
-        conn.execute("INSERT INTO f VALUES ('t1', 'violin pottery', 'near')")
-        conn.execute("SELECT count(*) FROM f WHERE f MATCH ?", (expression,)).fetchone()
-    finally:
-        conn.close()
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.text(max_size=60))
-def test_fts_match_of_any_text_is_valid_fts5(text: str) -> None:
-    toks = tokens(text)
-    assert all(t and t == t.lower() and " " not in t for t in toks)
-    _fts_ok(fts_match(toks))
-    _fts_ok(fts_match(toks, tenant_token="uabc", columns="body context"))
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",),
-                                               blacklist_characters="\x00"),
-                        max_size=12), max_size=6))
-def test_fts_match_quotes_arbitrary_tokens(raw_tokens: list[str]) -> None:
-    expression = fts_match(raw_tokens, tenant_token="uabc")
-    if not any(raw_tokens):
-        assert expression is None
-    _fts_ok(expression)
 
 
 @settings(max_examples=40, deadline=None,

@@ -1,8 +1,10 @@
-"""bm25 from the posting lists and cached row lengths equals FTS5's own bm25, and the
-cache stays exact through appends, updates, deletes, rollbacks and other connections."""
+"""bm25 from the posting lists and cached row lengths equals FTS5's own bm25 over the
+tenant's rows, and the cache stays exact through appends, updates, deletes, rollbacks and
+other connections."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,16 +21,32 @@ WORDS = ["zebra", "river", "boat", "garden", "paint", "guitar", "paris", "rome",
 CLOCK = datetime(2023, 5, 8, tzinfo=UTC)
 
 
+def _fts5(store: Store, user: str, tokens: list[str], node: str, k: int = 50,
+          context_weight: float = 0.0) -> list[tuple[str, float]]:
+    """FTS5's own ``bm25()`` ranking of the OR of ``tokens``: the reference. Its ``N`` and
+    ``avgdl`` span the file, so it is the tenant's bm25 when the tenant is alone in it."""
+    columns = "body context" if node == "turn" and context_weight else "body"
+    terms = " OR ".join(f'"{textmod.tenant_term(tenant_token(user), t)}"' for t in tokens)
+    table, fts = ("turns", "turns_fts") if node == "turn" else ("items", "items_fts")
+    rank = (f"bm25(turns_fts, 0.0, 1.0, {float(context_weight)})" if node == "turn"
+            else "bm25(items_fts, 0.0, 1.0)")
+    rows = store.conn.execute(
+        f"SELECT t.id, {rank} AS s FROM {fts} JOIN {table} t ON t.rowid = {fts}.rowid"
+        f" WHERE {fts} MATCH ? AND t.user_id = ? ORDER BY s, t.rowid LIMIT ?",
+        [f"{{{columns}}} : ({terms})", user, k]).fetchall()
+    return [(i, -v) for i, v in rows]
+
+
 def _both(store: Store, user: str, tokens: list[str], node: str, k: int = 50,
           context_weight: float = 0.0) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
     """(postings ranking, FTS5 ranking) of the same OR query."""
-    match = textmod.fts_match(tokens, tenant_token=tenant_token(user),
-                              columns="body context" if node == "turn" and context_weight
-                              else "body")
-    assert match is not None
-    fast = store._ranked(user, tokens, match, node, k, Filters(), context_weight)[0]
-    slow = store._bm25(user, match, node, k, Filters(), context_weight)
-    return store.with_ids(user, fast), store.with_ids(user, slow)
+    fast = store.lexical(user, tokens, node=node, k=k, context_weight=context_weight)
+    return fast, _fts5(store, user, tokens, node, k, context_weight)
+
+
+def _texts(store: Store, user: str, ranking: list[tuple[str, float]]) -> list[str]:
+    rows = store.nodes(user, [i for i, _ in ranking])
+    return [rows[i]["text"] for i, _ in ranking]
 
 
 def _assert_same(fast: list[tuple[str, float]], slow: list[tuple[str, float]]) -> None:
@@ -54,18 +72,71 @@ texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=12).map(" ".join)
     query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
     context_weight=st.sampled_from([0.0, 0.5, 1.3]),
 )
-def test_postings_bm25_equals_fts5_bm25(mine: list[str], theirs: list[str], query: list[str],
-                                        context_weight: float) -> None:
-    store = Store.open(":memory:")
-    store.add_many(FactItem(user_id="u", text=t) for t in mine)
-    store.add_many(FactItem(user_id="v", text=t) for t in theirs)
-    _turns(store, "u", mine)
-    _turns(store, "v", theirs)
+def test_postings_bm25_is_fts5_bm25_over_the_tenants_own_rows(
+        mine: list[str], theirs: list[str], query: list[str], context_weight: float) -> None:
+    # The tenant's ranking in a file shared with another tenant is FTS5's bm25 in a file
+    # holding the tenant's rows alone: same rows in the same order, same scores.
+    shared, alone = Store.open(":memory:"), Store.open(":memory:")
+    shared.add_many(FactItem(user_id="v", text=t) for t in theirs)
+    _turns(shared, "v", theirs)
+    for store in (shared, alone):
+        store.add_many(FactItem(user_id="u", text=t) for t in mine)
+        _turns(store, "u", mine)
+    shared.add_many(FactItem(user_id="v", text=t) for t in theirs)  # rows after u's too
     tokens = textmod.tokens(" ".join(query))
-    _assert_same(*_both(store, "u", tokens, "item"))
-    _assert_same(*_both(store, "u", tokens, "turn", context_weight=context_weight))
-    ids = {i for i, _ in _both(store, "u", tokens, "item")[0]}
-    assert all(store.get("u", i) is not None for i in ids)  # never another tenant's row
+    for node, weight in (("item", 0.0), ("turn", context_weight)):
+        fast = shared.lexical("u", tokens, node=node, k=50, context_weight=weight)
+        slow = _fts5(alone, "u", tokens, node, 50, weight)
+        assert _texts(shared, "u", fast) == _texts(alone, "u", slow)
+        assert [v for _, v in fast] == pytest.approx([v for _, v in slow], abs=1e-9)
+        assert len(shared.nodes("u", [i for i, _ in fast])) == len(fast)  # u's rows only
+    _assert_same(*_both(alone, "u", tokens, "item"))
+
+
+def test_another_tenants_rows_leave_a_tenants_scores_unchanged() -> None:
+    store = Store.open(":memory:")
+    store.add_many(FactItem(user_id="u", text=f"river {w}") for w in WORDS)
+    before = store.lexical("u", ["river", "boat"], node="item", k=20)
+    store.add_many(FactItem(user_id="v", text="river " + " ".join(WORDS) * 3)
+                   for _ in range(40))
+    assert store.lexical("u", ["river", "boat"], node="item", k=20) == before
+    assert store._lengths["item"].tenant("u") == (len(WORDS), 2 * len(WORDS))
+    store.forget_user("v")
+    assert store.lexical("u", ["river", "boat"], node="item", k=20) == before
+    assert store._lengths["item"].tenant("v") == (0, 0)
+
+
+def test_idf_shift_adds_to_every_terms_idf() -> None:
+    store = Store.open(":memory:")
+    store.add_many(FactItem(user_id="u", text=t) for t in
+                   ["river boat", "river", "river garden", "boat paint", "garden"])
+    rows = 5
+    plain = dict(store.lexical("u", ["boat"], node="item", k=10))
+    shifted = dict(store.lexical("u", ["boat"], node="item", k=10, idf_shift=1.5))
+    idf = math.log((rows - 2 + 0.5) / (2 + 0.5))
+    assert plain.keys() == shifted.keys() and len(plain) == 2
+    for i, score in plain.items():
+        assert shifted[i] == pytest.approx(score * (idf + 1.5) / idf, rel=1e-12)
+    # A term in most rows has FTS5's floor idf (1e-6): the shift alone scores it.
+    common = dict(store.lexical("u", ["river"], node="item", k=10, idf_shift=1.0))
+    assert len(common) == 3 and min(common.values()) > 0.5
+
+
+def test_filtered_search_is_the_ranking_restricted_to_the_passing_rows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store.open(":memory:")
+    store.add_turns([
+        Turn(user_id="u", conversation_id="c", session_id="s", turn_id=f"D1:{n}", seq=n,
+             speaker="Ann" if n % 3 else "Bo", text=f"garden {'paint ' * (n % 4)}{w}",
+             event_time=CLOCK) for n, w in enumerate(WORDS)])
+    monkeypatch.setattr(type(store), "FILTER_CHUNK", 2)  # several chunks, read best first
+    tokens = ["garden", "paint"]
+    full = store.lexical("u", tokens, node="turn", k=50)
+    bo = store.lexical("u", tokens, node="turn", k=3, filters=Filters(speaker="Bo"))
+    expected = [(i, v) for i, v in full if store.nodes("u", [i])[i]["speaker"] == "Bo"][:3]
+    assert bo == expected and len(bo) == 3
+    assert store.lexical("u", tokens, node="turn", k=5,
+                         filters=Filters(speaker="Nobody")) == []
 
 
 def test_cache_follows_updates_deletes_and_reused_rowids() -> None:
@@ -92,8 +163,11 @@ def test_cache_after_a_rollback_and_inside_a_transaction() -> None:
     _assert_same(*_both(store, "u", ["river"], "item"))
     with pytest.raises(RuntimeError), store.transaction():
         store.add(FactItem(user_id="u", text="river boat river"))
-        # Inside the transaction FTS5 ranks: the uncommitted row is seen.
-        assert len(_both(store, "u", ["river"], "item")[0]) == len(WORDS) + 1
+        # Inside the transaction the tenant's rows are read anew: the uncommitted row is
+        # seen, and nothing of it stays cached past the rollback.
+        fast, slow = _both(store, "u", ["river"], "item")
+        _assert_same(fast, slow)
+        assert len(fast) == len(WORDS) + 1
         raise RuntimeError("roll back")
     fast, slow = _both(store, "u", ["river"], "item")
     _assert_same(fast, slow)
@@ -129,11 +203,12 @@ def test_turn_context_rewrites_keep_turn_lengths_exact() -> None:
     assert _both(store, "u", ["garden"], "turn", context_weight=0.5) == ([], [])
 
 
-def test_tokens_fts5_would_fold_take_the_fts5_path() -> None:
+def test_tokens_are_folded_as_fts5_folds_them() -> None:
     store = Store.open(":memory:")
     store.add(FactItem(user_id="u", text="Café Zoë in Paris"))
     hits = store.lexical("u", textmod.tokens("café zoë"), node="item", k=5)
     assert len(hits) == 1  # unicode61 folds the diacritics on both sides
+    assert [i for i, _ in store.lexical("u", ["CAFÉ"], node="item", k=5)] == [hits[0][0]]
 
 
 def test_row_lengths_decode_long_rows_and_varints() -> None:
@@ -143,9 +218,9 @@ def test_row_lengths_decode_long_rows_and_varints() -> None:
     assert ids.tolist() == [1, 2, 3] and totals.tolist() == [3, 129, 7]
     store = Store.open(":memory:")
     store.add(FactItem(user_id="u", text=" ".join(["word"] * 300)))
-    cache = RowLengths("items_fts", 2)
+    cache = RowLengths("items_fts", 2, "items")
     cache.sync(store.conn, set(), foreign=False)
-    assert cache.rows == 1 and cache.tokens == 300
+    assert cache.rows == 1 and cache.tokens == 300 and cache.tenant("u") == (1, 300)
 
 
 def test_instance_vocabulary_tables_exist_after_migration() -> None:
@@ -177,10 +252,10 @@ def test_offsetting_rewrites_are_caught_without_the_totals_check() -> None:
     query=st.lists(st.sampled_from(WORDS), min_size=2, max_size=5),
     context_weight=st.sampled_from([0.0, 0.5]),
 )
-def test_common_terms_scored_from_kept_lists_equal_fts5(mine: list[str], query: list[str],
+def test_common_terms_scored_from_kept_lists_are_stable(mine: list[str], query: list[str],
                                                         context_weight: float) -> None:
     # Common terms (here: in more than 10% of the rows) only add to rows holding a rarer
-    # term. The first time, FTS5 scores those rows; asked again, the kept posting lists do.
+    # term: the first time from lists read then, again from the kept lists.
     store = Store.open(":memory:")
     store.add_many(FactItem(user_id="u", text=t) for t in mine)
     _turns(store, "u", mine)
@@ -205,8 +280,5 @@ def test_kept_lists_are_bounded_and_dropped_when_the_index_changes() -> None:
     assert len(rows) == 3 and counts.tolist() == [1.0, 1.0, 1.0]
     kept.get(*args, river, {"body": 1.0})  # 3 + 2 postings: zebra's list goes
     assert [key[1] for key in kept._lists] == [river]
-    # Asked not to read on a first miss: None, then the list on the second ask.
-    assert kept.get(*args, zebra, {"body": 1.0}, first_miss=False) is None
-    assert kept.get(*args, zebra, {"body": 1.0}, first_miss=False) is not None
-    assert kept.get(store.conn, "v2", "items_instances", river, {"body": 1.0},
-                    first_miss=False) is None  # a new index version: nothing kept
+    kept.get(store.conn, "v2", "items_instances", zebra, {"body": 1.0})
+    assert [key[1] for key in kept._lists] == [zebra]  # a new index version: nothing kept

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from memstrata.memory.query import analyse, named_speakers, time_range
-from memstrata.memory.text import STOP_WORDS, fts_match, index_text, tokens, words
+from memstrata.memory.text import STOP_WORDS, index_text, tokens, words
 
 
 def _day(y: int, m: int, d: int) -> tuple[datetime, datetime]:
@@ -150,15 +150,6 @@ def test_words_keep_inner_apostrophes() -> None:
 
 def test_index_text_joins_tokens() -> None:
     assert index_text("The Groups of Friends") == "group friend"
-
-
-def test_fts_match_shape() -> None:
-    assert fts_match([]) is None
-    assert fts_match(["", ""]) is None
-    assert fts_match(["a", "b", "a"]) == '{body} : ("a" OR "b")'
-    assert fts_match(['x"y'], tenant_token="u1", columns="body context") == (
-        '{body context} : ("u1xx""y")')  # the tenant's own terms: no AND on a tenant column
-    assert index_text("The Groups", "u1") == "u1xgroup"
 
 
 @given(st.text(max_size=80))

@@ -18,16 +18,14 @@ index range, and covers the counts (index-only scans). ``lexical_rows`` holds ev
 row's length, ``lexical_totals`` each tenant's rows and tokens per node type. A row whose
 context changes (a turn inserted or deleted beside it) has its postings rewritten.
 Terms are folded as FTS5's ``unicode61`` tokenizer folds them (lower case, diacritics off
-Latin letters: :func:`_term`), so the same query tokens match the same rows.
+Latin letters: ``text.fts_term``), so the same query tokens match the same rows.
 
-**Scores.** FTS5's bm25 (see ``postings.py``): k1 = 1.2, b = 0.75,
-``idf = max(log((N - n + 0.5) / (n + 0.5)), 1e-6)`` with ``n`` the rows holding the term in
-the searched columns, ``f`` the column-weighted count, ``D`` the row's length, ``avgdl`` the
-mean. One difference from SQLite, deliberate: ``N`` and ``avgdl`` are the tenant's own
-(``lexical_totals``), where FTS5's span every tenant of the database. Per-tenant statistics
-leak nothing of other tenants into a tenant's scores and are all that row-level security
-lets a tenant's transaction read. With one tenant in a database the scores are SQLite's (to
-rounding); with several, a tenant's ranking depends on its own rows only.
+**Scores.** The SQLite store's bm25 (see ``postings.py``): k1 = 1.2, b = 0.75,
+``idf = max(log((N - n + 0.5) / (n + 0.5)), 1e-6) + idf_shift`` with ``n`` the rows holding
+the term in the searched columns, ``f`` the column-weighted count, ``D`` the row's length,
+``avgdl`` the mean; ``N``, ``n`` and ``avgdl`` are the tenant's own (``lexical_totals``), on
+both backends. Per-tenant statistics leak nothing of other tenants into a tenant's scores
+and are all that row-level security lets a tenant's transaction read.
 
 **Common terms** (``common_share``, ``common_min_docs``, ``common_budget``, ``also``): the
 SQLite store's split, on the tenant's own counts: a common term adds its bm25 to the rows
@@ -46,10 +44,8 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ... import text as textmod
@@ -60,32 +56,11 @@ from ..rows import _TABLE, Ref
 from .connection import PgConnection
 from .search import filters_sql
 
-_LATIN = ((0x00C0, 0x024F), (0x1E00, 0x1EFF))
-"""The Latin blocks whose letters FTS5's ``remove_diacritics`` folds to their base."""
-
-
-@lru_cache(maxsize=65536)
-def _term(token: str) -> str:
-    """``token`` as FTS5's ``unicode61`` tokenizer stores it: lower case, and a Latin
-    letter's diacritics removed (``café`` -> ``cafe``)."""
-    token = token.lower()
-    if token.isascii():
-        return token
-    out = []
-    for ch in token:
-        if any(lo <= ord(ch) <= hi for lo, hi in _LATIN):
-            base = "".join(c for c in unicodedata.normalize("NFD", ch)
-                           if not unicodedata.combining(c))
-            out.append(base or ch)
-        else:
-            out.append(ch)
-    return "".join(out)
-
 
 def _postings(body: Sequence[str], context: Sequence[str]) -> list[tuple[str, int, int]]:
     """``(term, count in body, count in context)`` of one row's tokens."""
-    b = Counter(_term(t) for t in body)
-    c = Counter(_term(t) for t in context)
+    b = Counter(textmod.fts_term(t) for t in body)
+    c = Counter(textmod.fts_term(t) for t in context)
     return [(term, b[term], c[term]) for term in dict.fromkeys([*b, *c])]
 
 
@@ -115,7 +90,8 @@ WITH q AS (
     WHERE user_id = %(u)s AND node = %(node)s AND rows > 0
 ), idf AS (
     SELECT q.term, q.rare, q.ord, greatest(ln((tot.n - d.{docs}::float8 + 0.5::float8)
-                                              / (d.{docs}::float8 + 0.5::float8)), 1e-6) AS idf
+                                              / (d.{docs}::float8 + 0.5::float8)), 1e-6)
+                                  + %(shift)s::float8 AS idf
     FROM q CROSS JOIN tot JOIN lexical_terms d ON d.user_id = %(u)s AND d.node = %(node)s
         AND d.term = q.term AND d.{docs} > 0
 ), hits AS (
@@ -222,10 +198,11 @@ class PgLexical(PgConnection):
         common_min_docs: int = 0,
         common_budget: int = 0,
         also: Sequence[str] = (),
+        idf_shift: float = 0.0,
     ) -> list[tuple[Ref, float]]:
         """bm25 top-k over the tenant's turns or items as ``[(ref, score)]``, higher =
-        better, ties to the lower rowid (the SQLite store's contract and scores, with the
-        tenant's own statistics: see the module).
+        better, ties to the lower rowid (the SQLite store's contract and scores: see the
+        module). ``idf_shift`` is added to every term's idf.
 
         ``context_weight``: the weight of a turn's context column (0: body only).
         ``filters``: only rows passing them are ranked. With ``common_share`` > 0, in a
@@ -234,12 +211,12 @@ class PgLexical(PgConnection):
         their bm25 to rows holding a rarer query term but score no row by themselves (the
         rarest term always counts as rare). ``also``: further terms counted as common.
         """
-        query_tokens = _clean(query_tokens)
+        query_tokens = textmod.match_tokens(query_tokens)
         common: list[str] = []
         if common_share > 0:
             query_tokens, common = self._split_common(user_id, query_tokens, node, common_share,
                                                       common_min_docs, common_budget)
-        common += [t for t in dict.fromkeys(_clean(list(also)))
+        common += [t for t in dict.fromkeys(textmod.match_tokens(list(also)))
                    if t not in query_tokens and t not in common]
         if not query_tokens or k <= 0:
             return []
@@ -249,12 +226,13 @@ class PgLexical(PgConnection):
             where, where_args = filters_sql(filters, node, "t")
             join = (f" JOIN {_TABLE[node]} t ON t.rowid = s.row_id AND t.user_id = %(u)s"
                     f" WHERE TRUE{where}")
-        terms = [_term(t) for t in query_tokens] + [_term(t) for t in common]
+        terms = [textmod.fts_term(t) for t in query_tokens] + [textmod.fts_term(t) for t in common]
         docs = "docs" if searched == "TRUE" else "body_docs"
         query, args = _positional(_SCORE.format(searched=searched, join=join, docs=docs), {
             "terms": terms, "rare": [True] * len(query_tokens) + [False] * len(common),
             "u": user_id, "node": node, "k": int(k), "k1": K1, "k1p1": K1 + 1.0, "b": B,
-            "cw": float(context_weight) if node == "turn" else 0.0}, where_args)
+            "cw": float(context_weight) if node == "turn" else 0.0,
+            "shift": float(idf_shift)}, where_args)
         rows = self._rows(user_id, query, args)
         return [((node, int(r)), float(v)) for r, v in rows]
 
@@ -263,7 +241,7 @@ class PgLexical(PgConnection):
                    common_budget: int = 0) -> int:
         """Rows ``lexical`` would score for these tokens (an upper bound: the sum of their
         document counts in the tenant's index, after the same common-term split)."""
-        tokens = _clean(query_tokens)
+        tokens = textmod.match_tokens(query_tokens)
         if common_share > 0:
             tokens = self._split_common(user_id, tokens, node, common_share, common_min_docs,
                                         common_budget)[0]
@@ -327,8 +305,8 @@ class PgLexical(PgConnection):
             return {}
         counts = dict(self._rows(
             user_id, "SELECT term, docs FROM lexical_terms WHERE user_id = %s AND node = %s"
-            " AND term = ANY(%s)", (user_id, node, list({_term(t) for t in unique}))))
-        return {t: int(counts.get(_term(t), 0)) for t in unique}
+            " AND term = ANY(%s)", (user_id, node, list({textmod.fts_term(t) for t in unique}))))
+        return {t: int(counts.get(textmod.fts_term(t), 0)) for t in unique}
 
     # upkeep
     def _write(self, user_id: str, node: str, docs: Sequence[Doc], *,
@@ -441,9 +419,3 @@ class PgLexical(PgConnection):
                            (user_id, item_id))
         if found:
             self._index_items(user_id, [], replace=[found[0][0]])
-
-
-def _clean(tokens: Sequence[str]) -> list[str]:
-    """Query tokens as the SQLite store matches them (``text.fts_match``): NUL removed,
-    empty ones dropped, duplicates once."""
-    return list(dict.fromkeys(t.replace("\x00", "") for t in tokens if t.strip("\x00")))

@@ -1,9 +1,9 @@
 """The lexical channel on both backends: bm25 rankings, filters, the index following every
 write path, tenancy, ``texts_since``, ``match_cost`` and ``index_rows``.
 
-``pair`` holds a SQLite and a PostgreSQL store written the same way: with one tenant in a
-store the PostgreSQL store's per-tenant statistics are SQLite's, so the rankings must be
-the same and the scores equal to rounding (1e-9). ``backend`` tests run on each alone."""
+``pair`` holds a SQLite and a PostgreSQL store written the same way: both score with the
+tenant's own bm25 statistics, so the rankings must be the same and the scores equal to
+rounding (1e-9), whatever other tenants hold. ``backend`` tests run on each alone."""
 
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ def _same(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> None:
 
 OPTIONS = [{}, {"context_weight": 0.4}, {"context_weight": 1.0, "k": 3},
            {"common_share": 0.25, "common_min_docs": 1}, {"also": ["dog", "alp"]},
-           {"common_share": 0.25, "common_min_docs": 1, "also": ["dog", "shoe"]}]
+           {"common_share": 0.25, "common_min_docs": 1, "also": ["dog", "shoe"]},
+           {"idf_shift": 1.5, "context_weight": 0.4}]
 
 
 def _compare_all(sqlite: Any, pg: Any, user: str = "u1") -> None:
@@ -231,25 +232,32 @@ def test_tenants_never_see_each_others_rows(backend: Any) -> None:
     assert backend.index_rows("item") == len(ITEMS)
 
 
-@pytest.mark.postgres
-def test_another_tenant_does_not_change_scores_on_postgres(pg_url: str) -> None:
-    """Per-tenant statistics: N, n and avgdl are the tenant's own (not so on SQLite,
-    whose N and avgdl span the database)."""
-    from memstrata.memory.store.pg import PgStore
+def test_another_tenant_does_not_change_scores(backend: Any) -> None:
+    """Per-tenant statistics: N, n and avgdl are the tenant's own on both backends."""
+    _write(backend, user="u1")
+    before = {(q, n, f): _search(backend, q, n, "u1", context_weight=0.4, filters=f)
+              for q in QUERIES for n in ("turn", "item")
+              for f in (None, Filters(speaker="Ana"))}
+    _write(backend, user="u2")
+    _write(backend, user="u2", conv="c2")
+    backend.add_turns([Turn(user_id="u2", conversation_id="c9", session_id="s",
+                            turn_id=str(i), seq=i, speaker="Cy", text="cat " * (i + 1))
+                       for i in range(30)])
+    for (query, node, filters), found in before.items():
+        assert _search(backend, query, node, "u1", context_weight=0.4, filters=filters) == found
+    assert backend.index_rows("turn") == 2 * len(TURNS) + len(TURNS) + 30
+    backend.forget_user("u2")
+    assert backend.index_rows("turn") == len(TURNS)
 
-    with PgStore.open(pg_url, embedder=None) as pg:
-        _write(pg, user="u1")
-        before = {(q, n): _search(pg, q, n, "u1", context_weight=0.4)
-                  for q in QUERIES for n in ("turn", "item")}
-        _write(pg, user="u2")
-        _write(pg, user="u2", conv="c2")
-        pg.add_turns([Turn(user_id="u2", conversation_id="c9", session_id="s", turn_id=str(i),
-                           seq=i, speaker="Cy", text="cat " * (i + 1)) for i in range(30)])
-        for (query, node), found in before.items():
-            assert _search(pg, query, node, "u1", context_weight=0.4) == found
-        assert pg.index_rows("turn") == 2 * len(TURNS) + len(TURNS) + 30
-        pg.forget_user("u2")
-        assert pg.index_rows("turn") == len(TURNS)
+
+@pytest.mark.postgres
+def test_several_tenants_score_as_on_sqlite(pair: tuple[Any, Any]) -> None:
+    sqlite, pg = pair
+    for store in (sqlite, pg):
+        _write(store, user="u2", conv="c2")
+        store.add_many(FactItem(user_id="u3", text="cat dog " * (i + 1)) for i in range(12))
+    _compare_all(sqlite, pg, "u1")
+    _compare_all(sqlite, pg, "u2")
 
 
 @pytest.mark.postgres
