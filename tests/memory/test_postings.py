@@ -26,7 +26,8 @@ def _fts5(store: Store, user: str, tokens: list[str], node: str, k: int = 50,
     """FTS5's own ``bm25()`` ranking of the OR of ``tokens``: the reference. Its ``N`` and
     ``avgdl`` span the file, so it is the tenant's bm25 when the tenant is alone in it."""
     columns = "body context" if node == "turn" and context_weight else "body"
-    terms = " OR ".join(f'"{textmod.tenant_term(tenant_token(user), t)}"' for t in tokens)
+    terms = " OR ".join(f'"{textmod.tenant_term(tenant_token(user), t)}"'
+                        for t in dict.fromkeys(tokens))
     table, fts = ("turns", "turns_fts") if node == "turn" else ("items", "items_fts")
     rank = (f"bm25(turns_fts, 0.0, 1.0, {float(context_weight)})" if node == "turn"
             else "bm25(items_fts, 0.0, 1.0)")
