@@ -186,11 +186,12 @@ class Retriever:
         w = self.weights
         common = {"common_share": w.common_share, "common_min_docs": w.common_min_docs,
                   "common_budget": w.common_budget}
+        scoring = {"context_weight": w.context, "idf_shift": w.idf_shift, **common}
         out: list[tuple[float, list[tuple[Ref, float]]]] = []
         lexical = self.store.lexical_refs
         if w.lexical:
             hits = lexical(user_id, qa.tokens, node=node, k=w.pool, filters=filters,
-                           context_weight=w.context, idf_shift=w.idf_shift, **common)
+                           **scoring)
             out.append((w.lexical, hits))
             top = [i for i, _ in hits[: w.feedback_docs]]
             extra = self._feedback_terms(user_id, top, qa) if w.feedback and hits else []
@@ -207,18 +208,17 @@ class Retriever:
                 # re-run scores a fraction of the rows instead of all of them again. At
                 # 100k items such re-runs were the slowest tenth of the queries.
                 out.append((w.feedback, lexical(
-                    user_id, qa.tokens, node=node, k=w.pool, filters=filters,
-                    context_weight=w.context, idf_shift=w.idf_shift, also=extra, **common)))
+                    user_id, qa.tokens, node=node, k=w.pool, filters=filters, also=extra,
+                    **scoring)))
             elif extra and affordable:
                 out.append((w.feedback, lexical(
-                    user_id, terms, node=node, k=w.pool, filters=filters,
-                    context_weight=w.context, idf_shift=w.idf_shift, **common)))
+                    user_id, terms, node=node, k=w.pool, filters=filters, **scoring)))
             if expansion:
                 # The query's own words stay in: the new words add candidates that share
                 # the query's topic; alone they drift (a word's neighbours are not all apt).
                 out.append((w.expansion, lexical(
                     user_id, qa.content_tokens + expansion, node=node, k=w.pool,
-                    filters=filters, context_weight=w.context, idf_shift=w.idf_shift, **common)))
+                    filters=filters, **scoring)))
         if w.speaker_channels and node == "turn":
             for name in qa.speakers:
                 narrowed = Filters(
@@ -227,7 +227,7 @@ class Retriever:
                 )
                 out.append((w.speaker_channels, lexical(
                     user_id, qa.content_tokens, node=node, k=w.pool, filters=narrowed,
-                    context_weight=w.context, idf_shift=w.idf_shift, **common)))
+                    **scoring)))
         return out
 
     def _dense_channels(self, user_id: str, qa: QueryAnalysis, query_vec: np.ndarray,
