@@ -89,7 +89,8 @@ class LexicalSearch(NodeLookups):
         common: list[str] = []
         if common_share > 0:
             query_tokens, common = self._split_common(query_tokens, node, common_share,
-                                                      common_min_docs, user_id, common_budget)
+                                                      common_min_docs, user_id, stats.rows,
+                                                      common_budget)
         query_tokens = textmod.match_tokens(query_tokens)
         common += [t for t in textmod.match_tokens(also)
                    if t not in query_tokens and t not in common]
@@ -122,8 +123,9 @@ class LexicalSearch(NodeLookups):
         """Rows ``lexical`` would score for these tokens (an upper bound: the sum of their
         document counts, after the same common-term skipping)."""
         if common_share > 0:
+            rows = self._lengths_of(user_id, node, bool(self._depth)).tenant(user_id)[0]
             query_tokens = self._split_common(query_tokens, node, common_share,
-                                              common_min_docs, user_id, common_budget)[0]
+                                              common_min_docs, user_id, rows, common_budget)[0]
         return sum(self._term_docs(query_tokens, node, tenant_token(user_id)).values())
 
     def index_rows(self, node: str) -> int:
@@ -242,11 +244,11 @@ class LexicalSearch(NodeLookups):
         return cache
 
     def _split_common(self, tokens: list[str], node: str, share: float, min_docs: int,
-                      user_id: str, budget: int = 0) -> tuple[list[str], list[str]]:
+                      user_id: str, total: int, budget: int = 0
+                      ) -> tuple[list[str], list[str]]:
         """``tokens`` as (rare, common): common ones are in more than ``share`` of the
-        tenant's rows of a big index (see ``lexical``). A small index keeps every token
-        rare."""
-        total = self._lengths_of(user_id, node, bool(self._depth)).tenant(user_id)[0]
+        tenant's ``total`` rows of a big index (see ``lexical``). A small index keeps every
+        token rare."""
         if total < max(min_docs, 1) or len(tokens) < 2:
             return tokens, []
         df = self._term_docs(tokens, node, tenant_token(user_id))
