@@ -35,6 +35,7 @@ KNOBS: dict[str, tuple[float, ...]] = {
     "session": (0.3, 0.6, 1.0),
     "speaker_boost": (0.3, 0.6, 1.0),
     "time_boost": (0.5, 1.0, 2.0),
+    "when_boost": (0.0, 0.4, 0.8),
     "graph": (0.0, 0.1, 0.3),
     "graph_second": (0.0, 0.5, 1.0),
 }

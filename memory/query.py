@@ -36,6 +36,12 @@ _TEMPORAL = re.compile(
 )
 
 
+# A question whose answer is a time or a length of time (answered by a turn that says when).
+_ASKS_WHEN = re.compile(
+    r"^\W*when\b|\b(?:what|which)\s+(?:year|month|day|date|time|week)\b|\bhow\s+long\b"
+    r"|\bhow\s+many\s+(?:years|months|weeks|days)\b|\bsince\s+when\b", re.I)
+
+
 @dataclass
 class QueryAnalysis:
     """What the retriever needs to know about a question."""
@@ -46,6 +52,7 @@ class QueryAnalysis:
     start: datetime | None = None
     end: datetime | None = None
     temporal: bool = False
+    asks_when: bool = False
 
     @property
     def content_tokens(self) -> list[str]:
@@ -135,6 +142,7 @@ def analyse(question: str, known_speakers: list[str], now: datetime | None = Non
         start=span[0] if span else None,
         end=span[1] if span else None,
         temporal=bool(_TEMPORAL.search(question)),
+        asks_when=bool(_ASKS_WHEN.search(question)),
     )
 
 

@@ -6,7 +6,8 @@ weighted reciprocal-rank fusion ("rrf", Cormack et al. 2009) are the other choic
 RRF gives a weak channel's top ranks as much say as a strong one's (dense is far weaker
 than bm25 on conversations); min-max blows tiny bm25 differences in a small store up to
 the full range, so "max" is the default.
-Priors then scale the fused score (a named speaker, a named time span, recency); a walk
+Priors then scale the fused score (a named speaker, a named time span, recency, a stated
+time when the question asks when); a walk
 of one or two hops over the edges table lets a strong hit pull in its neighbours (the
 turns that answer a question, the turn a fact was derived from); last, each turn is
 scaled by the best score in its session (see ``_session_prior``). With an embedder
@@ -42,6 +43,7 @@ from .locking import stored_value
 from .models import Hit, with_caption
 from .query import QueryAnalysis, analyse
 from .store import Facets, Filters, Ref, Store, node_type
+from .timeparse import says_when
 
 
 class SearchWeights(BaseModel):
@@ -80,6 +82,10 @@ class SearchWeights(BaseModel):
         "over the best score overall")
     speaker_boost: float = Field(0.6, ge=0, description="x(1+w) for hits by a named speaker")
     time_boost: float = Field(1.0, ge=0, description="x(1+w) for hits inside a named time span")
+    when_boost: float = Field(
+        0.4, ge=0, description="x(1+w) for hits that state a time or a length of time, when "
+        "the question asks when or how long (see Retriever._when_prior)")
+    when_pool: int = Field(50, ge=0, description="best candidates the when prior reads")
     recency: float = Field(
         0.0, ge=0, description="x(1+w*r), r in [0,1] the hit's event-time rank, newest = 1"
     )
@@ -168,6 +174,8 @@ class Retriever:
         if (w.speaker_boost and qa.speakers) or (w.time_boost and qa.start) or w.recency:
             info = self.store.facets(user_id, list(scores))
             self._apply_priors(scores, info, qa)
+        if w.when_boost and w.when_pool and qa.asks_when:
+            self._when_prior(user_id, scores)
         self._expand_graph(user_id, scores, allowed, nodes)
         if w.session:
             self._session_prior(user_id, scores, info)
@@ -330,6 +338,24 @@ class Retriever:
             if w.time_boost and start and when and start <= when <= end:  # type: ignore[operator]
                 factor *= 1.0 + w.time_boost
             scores[node_id] *= factor
+
+    def _when_prior(self, user_id: str, scores: dict[Ref, float]) -> None:
+        """Lift the ``when_pool`` best candidates that state a time ("last May", "two
+        days ago") or a length of time ("for a month"): a "when" or "how long" question is
+        answered by a turn that says when, whatever else the turn talks about (the
+        answer-type matching of question answering, with time as the one type).
+
+        Only the best candidates are read: the lift reorders the top of the ranking, and
+        reading every candidate's text would cost a query hundreds of rows.
+        """
+        w = self.weights
+        ids = self.store.ids(user_id, heapq.nlargest(w.when_pool, scores,
+                                                      key=scores.__getitem__))
+        rows = self.store.nodes(user_id, list(ids.values()))
+        for ref, node_id in ids.items():
+            row = rows.get(node_id)
+            if row is not None and says_when(row["text"]):
+                scores[ref] *= 1.0 + w.when_boost
 
     def _session_prior(self, user_id: str, scores: dict[Ref, float],
                        info: dict[Ref, Facets]) -> None:

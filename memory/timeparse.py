@@ -180,6 +180,33 @@ def find_time_phrases(text: str) -> list[str]:
     return found
 
 
+# A length of time ("for a month", "3 years") or a vague recent time ("recently"): no
+# span, but the answer to a "how long" or "when" question all the same.
+_MORE_TIMES = re.compile(
+    rf"\b(?:{_COUNT})\s+(?:second|minute|hour|day|night|week|weekend|month|year|decade)s?\b"
+    r"|\b(?:recently|lately|the\s+other\s+day|these\s+days)\b", re.I)
+
+
+# Every phrase that says_when accepts holds one of these (a superset, checked first).
+_TIME_WORD = re.compile(
+    rf"\d|\b(?:{_MONTH_RE}|{_WEEKDAYS}|{_ABBR_RE}|second|minute|hour|day|night|week|weekend|"
+    r"fortnight|month|year|decade|yesterday|today|tomorrow|tonight|ago|spring|summer|autumn|"
+    r"fall|winter|recently|lately)", re.I)
+
+
+def says_when(text: str) -> bool:
+    """Whether ``text`` states a time or a length of time: a phrase
+    :func:`find_time_phrases` finds, a duration ("for a month", "3 years") or "recently".
+
+    Example:
+        >>> says_when("I've been playing for a month now"), says_when("I love bowling")
+        (True, False)
+    """
+    if not _TIME_WORD.search(text):  # most texts: one cheap scan instead of a dozen
+        return False
+    return any(p.search(text) for p, _ in _FIND) or bool(_MORE_TIMES.search(text))
+
+
 def resolve_times(text: str, base: datetime,
                   date_style: DateStyle = DEFAULT_DATE_STYLE) -> list[TimeSpan]:
     """Every time phrase in ``text`` that normalises against ``base``, in order."""

@@ -131,6 +131,21 @@ def test_temporal_intent() -> None:
     assert analyse("What does Gina sell?", []).temporal is False
 
 
+@pytest.mark.parametrize(("question", "asks"), [
+    ("When did Jon open his studio?", True),
+    ("How long has Jon been dancing?", True),
+    ("What year did she move?", True),
+    ("In which month did they meet?", True),
+    ("How many years has she painted?", True),
+    ("What did Jon do after the fair?", False),   # temporal, but asks for an event
+    ("Since the move, what has she painted?", False),
+    ("How many dogs does James have?", False),
+    ("Whenever possible, what does he cook?", False),
+])
+def test_asks_when_is_a_question_whose_answer_is_a_time(question: str, asks: bool) -> None:
+    assert analyse(question, []).asks_when is asks
+
+
 def test_tokens_lowercase_stem_and_drop_stop_words() -> None:
     assert tokens("Caroline went to the LGBTQ support groups!") == [
         "carolin", "went", "lgbtq", "support", "group"]

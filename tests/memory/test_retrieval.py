@@ -288,3 +288,58 @@ def test_a_big_index_skips_terms_most_rows_share(store: Store) -> None:
     assert len(store.lexical("u", ["common", "filler"], **with_pruning)) == 40
     assert len(store.lexical("u", ["common", "zebra"], node="item", k=50, common_share=0.5,
                              common_min_docs=1000)) == 41
+
+
+def _bowling_turns(store: Store) -> tuple[str, str]:
+    """Two turns that match "bowling" alike; only the second says when."""
+    plain, dated = store.add_turns([
+        Turn(user_id=U, conversation_id="c", session_id=f"s{n}", turn_id=f"D{n}:1", seq=n,
+             speaker="James", text=text, event_time=datetime(2022, 3, 17, tzinfo=UTC))
+        for n, text in enumerate(["I love bowling, the lanes are so much fun",
+                                  "I went bowling yesterday and got two strikes"])
+    ])
+    return plain, dated
+
+
+WHEN_ONLY = {"graph": 0, "session": 0, "context": 0, "feedback": 0, "speaker_boost": 0,
+             "time_boost": 0}
+
+
+def test_when_prior_lifts_a_hit_that_says_when_for_a_when_question(store: Store) -> None:
+    plain, dated = _bowling_turns(store)
+    off = {h.id: h.score for h in Retriever(
+        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0)).search(
+        U, "When did James go bowling?", k=5)}
+    on = {h.id: h.score for h in Retriever(
+        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5)).search(
+        U, "When did James go bowling?", k=5)}
+    assert on[dated] == pytest.approx(off[dated] * 1.5)
+    assert on[plain] == pytest.approx(off[plain])
+
+
+def test_when_prior_leaves_other_questions_alone(store: Store) -> None:
+    _bowling_turns(store)
+    query = "What does James love about bowling?"
+    off = [(h.id, h.score) for h in Retriever(
+        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0)).search(U, query, k=5)]
+    on = [(h.id, h.score) for h in Retriever(
+        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5)).search(U, query, k=5)]
+    assert on == off
+
+
+def test_when_prior_reads_only_the_best_candidates(store: Store) -> None:
+    """With ``when_pool=1`` only the best candidate is read: the dated turn, ranked
+    second, keeps its score."""
+    plain, dated = _bowling_turns(store)
+    query = "When did James love the bowling lanes?"
+    base = {h.id: h.score for h in Retriever(
+        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0)).search(U, query, k=5)}
+    assert base[plain] > base[dated]
+    one = {h.id: h.score for h in Retriever(
+        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5, when_pool=1)).search(
+        U, query, k=5)}
+    assert one == pytest.approx(base)
+    every = {h.id: h.score for h in Retriever(
+        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5, when_pool=2)).search(
+        U, query, k=5)}
+    assert every[dated] == pytest.approx(base[dated] * 1.5)

@@ -14,6 +14,7 @@ from memstrata.memory.timeparse import (
     find_time_phrases,
     normalise_time,
     resolve_times,
+    says_when,
 )
 from pydantic import ValidationError
 
@@ -250,3 +251,33 @@ def test_resolve_times_finds_and_normalises_in_order() -> None:
         ("Yesterday", "7 May 2023"), ("last week", "the week before 8 May 2023"),
         ("2019", "2019")]
     assert resolve_times("Nothing here, D1:3.", MON_8_MAY) == []
+
+
+@pytest.mark.parametrize("text", [
+    "Yesterday I went bowling", "I won the tournament last Tuesday", "We moved in 2019",
+    "I've been playing for a month now", "She left her job after 3 years",
+    "I recently joined a gym", "a couple of weeks ago we met", "It was on 5 June, 2023",
+    "lately I've been painting", "We trained for two hours",
+])
+def test_says_when_finds_a_time_or_a_length_of_time(text: str) -> None:
+    assert says_when(text)
+
+
+@pytest.mark.parametrize("text", [
+    "I love bowling with my friends", "This may be the best pizza", "2000 followers!",
+    "Playing the game was so much fun", "", "Our team won by a mile",
+])
+def test_says_when_ignores_text_without_one(text: str) -> None:
+    assert not says_when(text)
+
+
+def test_says_when_holds_for_every_text_with_a_time_phrase() -> None:
+    """The cheap pre-check of :func:`says_when` never hides a phrase that
+    :func:`find_time_phrases` finds."""
+    texts = ["in May we left", "on July 12", "two weekends ago", "last Fri was fun",
+             "the week before 9 June 2023", "in early 2021", "this past weekend",
+             "a few days ago", "since 2019", "Tues. next week", "the day before 2023-06-09",
+             "in the summer of 2022", "next Tues"]
+    for text in texts:
+        assert find_time_phrases(text), text  # the premise: each holds a phrase
+        assert says_when(text), text
