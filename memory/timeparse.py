@@ -45,6 +45,7 @@ from .query import (
     _MONTH_DAY_YEAR,
     _MONTH_RE,
     _MONTH_YEAR,
+    _MONTHS,
     _NUMBER_WORDS,
     _ORD,
     _SPOKEN_TIME,
@@ -187,13 +188,18 @@ _MORE_TIMES = re.compile(
     r"|\b(?:recently|lately|the\s+other\s+day|these\s+days)\b", re.I)
 
 
-# Every phrase that says_when accepts holds one of these (a superset, checked first).
-_TIME_WORD = re.compile(
-    rf"\d|\b(?:{_MONTH_RE}|{_WEEKDAYS}|{_ABBR_RE}|second|minute|hour|day|night|week|weekend|"
-    r"fortnight|month|year|decade|yesterday|today|tomorrow|tonight|ago|spring|summer|autumn|"
-    r"fall|winter|recently|lately)", re.I)
+# Every phrase that says_when accepts holds a digit or one of these words (checked first:
+# a set lookup per word costs a fraction of the patterns below).
+_TIME_WORDS = frozenset(
+    [*_MONTHS, *_WEEKDAYS.split("|"), *_ABBR_DAYS, "yesterday", "today", "tomorrow",
+     "tonight", "ago", "spring", "summer", "autumn", "fall", "winter", "recently", "lately",
+     "fortnight", "fortnights"]
+    + [u + s for u in ("second", "minute", "hour", "day", "night", "week", "weekend", "month",
+                       "year", "decade") for s in ("", "s")])
+_LETTERS = re.compile(r"[a-z]+")
 
 
+@lru_cache(maxsize=16384)
 def says_when(text: str) -> bool:
     """Whether ``text`` states a time or a length of time: a phrase
     :func:`find_time_phrases` finds, a duration ("for a month", "3 years") or "recently".
@@ -202,9 +208,10 @@ def says_when(text: str) -> bool:
         >>> says_when("I've been playing for a month now"), says_when("I love bowling")
         (True, False)
     """
-    if not _TIME_WORD.search(text):  # most texts: one cheap scan instead of a dozen
+    if not any(c.isdigit() for c in text) and _TIME_WORDS.isdisjoint(
+            _LETTERS.findall(text.lower())):
         return False
-    return any(p.search(text) for p, _ in _FIND) or bool(_MORE_TIMES.search(text))
+    return bool(_MORE_TIMES.search(text)) or any(p.search(text) for p, _ in _FIND)
 
 
 def resolve_times(text: str, base: datetime,
