@@ -30,7 +30,7 @@ SYSTEMS = ("memstrata", "bm25_whitespace", "bm25_tokens", "dense")
 # Cosine alone: every lexical channel (feedback and expansion ride on lexical), prior and
 # expansion over the graph or the session is off.
 DENSE_ONLY = SearchWeights(lexical=0, speaker_channels=0, tags=0, speaker_boost=0, time_boost=0,
-                           when_boost=0, graph=0, session=0)
+                           when_boost=0, asking=0, graph=0, session=0)
 
 Ranker = Callable[[Question], list[str]]
 

@@ -36,6 +36,7 @@ KNOBS: dict[str, tuple[float, ...]] = {
     "speaker_boost": (0.3, 0.6, 1.0),
     "time_boost": (0.5, 1.0, 2.0),
     "when_boost": (0.0, 0.4, 0.8),
+    "asking": (0.0, 0.35, 0.6),
     "graph": (0.0, 0.1, 0.3),
     "graph_second": (0.0, 0.5, 1.0),
 }

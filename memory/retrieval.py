@@ -6,8 +6,9 @@ weighted reciprocal-rank fusion ("rrf", Cormack et al. 2009) are the other choic
 RRF gives a weak channel's top ranks as much say as a strong one's (dense is far weaker
 than bm25 on conversations); min-max blows tiny bm25 differences in a small store up to
 the full range, so "max" is the default.
-Priors then scale the fused score (a named speaker, a named time span, recency, a stated
-time when the question asks when); a walk
+Priors then scale the fused score (a named speaker, a named time span, recency; among the
+best candidates, a stated time when the question asks when, and less weight for sentences
+that ask); a walk
 of one or two hops over the edges table lets a strong hit pull in its neighbours (the
 turns that answer a question, the turn a fact was derived from); last, each turn is
 scaled by the best score in its session (see ``_session_prior``). With an embedder
@@ -84,8 +85,12 @@ class SearchWeights(BaseModel):
     time_boost: float = Field(1.0, ge=0, description="x(1+w) for hits inside a named time span")
     when_boost: float = Field(
         0.4, ge=0, description="x(1+w) for hits that state a time or a length of time, when "
-        "the question asks when or how long (see Retriever._when_prior)")
-    when_pool: int = Field(50, ge=0, description="best candidates the when prior reads")
+        "the question asks when or how long (see Retriever._text_priors)")
+    asking: float = Field(
+        0.35, ge=0, le=1, description="x(1-w*q) for hits, q the share of their words in "
+        "sentences that ask a question (see Retriever._text_priors)")
+    text_pool: int = Field(50, ge=0, description="best candidates whose text the when and "
+                                                 "asking priors read")
     recency: float = Field(
         0.0, ge=0, description="x(1+w*r), r in [0,1] the hit's event-time rank, newest = 1"
     )
@@ -174,8 +179,8 @@ class Retriever:
         if (w.speaker_boost and qa.speakers) or (w.time_boost and qa.start) or w.recency:
             info = self.store.facets(user_id, list(scores))
             self._apply_priors(scores, info, qa)
-        if w.when_boost and w.when_pool and qa.asks_when:
-            self._when_prior(user_id, scores)
+        if w.text_pool and (w.asking or (w.when_boost and qa.asks_when)):
+            self._text_priors(user_id, scores, qa)
         self._expand_graph(user_id, scores, allowed, nodes)
         if w.session:
             self._session_prior(user_id, scores, info)
@@ -339,23 +344,31 @@ class Retriever:
                 factor *= 1.0 + w.time_boost
             scores[node_id] *= factor
 
-    def _when_prior(self, user_id: str, scores: dict[Ref, float]) -> None:
-        """Lift the ``when_pool`` best candidates that state a time ("last May", "two
-        days ago") or a length of time ("for a month"): a "when" or "how long" question is
-        answered by a turn that says when, whatever else the turn talks about (the
-        answer-type matching of question answering, with time as the one type).
+    def _text_priors(self, user_id: str, scores: dict[Ref, float], qa: QueryAnalysis
+                     ) -> None:
+        """Priors on what the ``text_pool`` best candidates say, read once.
 
-        Only the best candidates are read: the lift reorders the top of the ranking, and
-        reading every candidate's text would cost a query hundreds of rows.
+        - A "when" or "how long" question is answered by a hit that says when ("last May",
+          "two days ago", "for a month"), whatever else it talks about: x(1+``when_boost``)
+          (the answer-type matching of question answering, with time as the one type).
+        - A sentence that asks a question is rarely the answer to one: a hit is scaled by
+          1 - ``asking`` x the share of its words in such sentences (``text.asking_share``).
+
+        Only the best candidates are read: these priors reorder the top of the ranking,
+        and reading every candidate's text would cost a query hundreds of rows.
         """
         w = self.weights
-        ids = self.store.ids(user_id, heapq.nlargest(w.when_pool, scores,
+        ids = self.store.ids(user_id, heapq.nlargest(w.text_pool, scores,
                                                       key=scores.__getitem__))
         rows = self.store.nodes(user_id, list(ids.values()))
+        when = w.when_boost if qa.asks_when else 0.0
         for ref, node_id in ids.items():
-            row = rows.get(node_id)
-            if row is not None and says_when(row["text"]):
-                scores[ref] *= 1.0 + w.when_boost
+            if (row := rows.get(node_id)) is None:
+                continue
+            factor = 1.0 - w.asking * textmod.asking_share(row["text"]) if w.asking else 1.0
+            if when and says_when(row["text"]):
+                factor *= 1.0 + when
+            scores[ref] *= factor
 
     def _session_prior(self, user_id: str, scores: dict[Ref, float],
                        info: dict[Ref, Facets]) -> None:

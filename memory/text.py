@@ -37,6 +37,8 @@ STOP_WORDS: frozenset[str] = frozenset(
 )
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“'‘(])")
+"""Where one sentence ends and the next begins (after . ! or ?, before a capital or digit)."""
 
 
 @lru_cache(maxsize=1)
@@ -101,3 +103,21 @@ def match_tokens(tokens: Sequence[str]) -> list[str]:
     """Query tokens as the stores match them: NUL removed (it ends a C string inside
     SQLite's parser), empty ones dropped, duplicates once."""
     return list(dict.fromkeys(t.replace("\x00", "") for t in tokens if t.strip("\x00")))
+
+
+@lru_cache(maxsize=16384)
+def asking_share(text: str) -> float:
+    """The share of ``text``'s words that stand in sentences ending in a question mark
+    (0.0 for text without words).
+
+    Example:
+        >>> asking_share("I went bowling. Have you ever tried it?")
+        0.625
+    """
+    total = asked = 0
+    for sentence in SENTENCE_END.split(text.strip()):
+        n = len(_WORD.findall(sentence))
+        total += n
+        if sentence.rstrip().endswith("?"):
+            asked += n
+    return asked / total if total else 0.0

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from ..text import SENTENCE_END
 from .procedural import parse_prerequisites, parse_steps
 
 if TYPE_CHECKING:
     from .memory import CognitiveMemory
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“'‘(])")
 _STEP_LINE = re.compile(r"^\s*(?:step\s+)?\d{1,2}\s*[.):]\s", re.IGNORECASE)
 MAX_SENTENCE_CHARS = 600
 
@@ -47,7 +47,7 @@ def sentences(text: str) -> list[str]:
     for block in text.splitlines():
         if not block.strip() or _STEP_LINE.match(block):
             continue
-        out += [s.strip()[:MAX_SENTENCE_CHARS] for s in _SENTENCE_END.split(block.strip())
+        out += [s.strip()[:MAX_SENTENCE_CHARS] for s in SENTENCE_END.split(block.strip())
                 if len(s.strip()) > 2]
     return out
 

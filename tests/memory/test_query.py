@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from memstrata.memory.query import analyse, named_speakers, time_range
-from memstrata.memory.text import STOP_WORDS, index_text, tokens, words
+from memstrata.memory.text import STOP_WORDS, asking_share, index_text, tokens, words
 
 
 def _day(y: int, m: int, d: int) -> tuple[datetime, datetime]:
@@ -211,3 +211,14 @@ def test_annotate_times_resolves_relative_phrases_against_the_date() -> None:
         "last Friday [the friday before 8 January 2023]")
     assert annotate_times("on 3 May 2022", when, long) == "on 3 May 2022"
     assert annotate_times("yesterday", None) == "yesterday"
+
+
+@pytest.mark.parametrize(("text", "share"), [
+    ("Do you like it?", 1.0),
+    ("I went bowling. Have you ever tried it?", 5 / 8),
+    ("I love bowling!", 0.0),
+    ("", 0.0),
+    ("What? No way. Really?", 2 / 4),
+])
+def test_asking_share_counts_the_words_of_questions(text: str, share: float) -> None:
+    assert asking_share(text) == pytest.approx(share)

@@ -302,7 +302,7 @@ def _bowling_turns(store: Store) -> tuple[str, str]:
 
 
 WHEN_ONLY = {"graph": 0, "session": 0, "context": 0, "feedback": 0, "speaker_boost": 0,
-             "time_boost": 0}
+             "time_boost": 0, "asking": 0}
 
 
 def test_when_prior_lifts_a_hit_that_says_when_for_a_when_question(store: Store) -> None:
@@ -328,7 +328,7 @@ def test_when_prior_leaves_other_questions_alone(store: Store) -> None:
 
 
 def test_when_prior_reads_only_the_best_candidates(store: Store) -> None:
-    """With ``when_pool=1`` only the best candidate is read: the dated turn, ranked
+    """With ``text_pool=1`` only the best candidate is read: the dated turn, ranked
     second, keeps its score."""
     plain, dated = _bowling_turns(store)
     query = "When did James love the bowling lanes?"
@@ -336,10 +336,31 @@ def test_when_prior_reads_only_the_best_candidates(store: Store) -> None:
         store, weights=SearchWeights(**WHEN_ONLY, when_boost=0)).search(U, query, k=5)}
     assert base[plain] > base[dated]
     one = {h.id: h.score for h in Retriever(
-        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5, when_pool=1)).search(
+        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5, text_pool=1)).search(
         U, query, k=5)}
     assert one == pytest.approx(base)
     every = {h.id: h.score for h in Retriever(
-        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5, when_pool=2)).search(
+        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5, text_pool=2)).search(
         U, query, k=5)}
     assert every[dated] == pytest.approx(base[dated] * 1.5)
+
+
+def test_asking_prior_weighs_a_hit_by_the_share_of_it_that_asks(store: Store) -> None:
+    """A turn that only asks about bowling loses ``asking`` of its score; one that half
+    asks, half of that; a statement keeps its score."""
+    asks, half, says = store.add_turns([
+        Turn(user_id=U, conversation_id="c", session_id=f"s{n}", turn_id=f"D{n}:1", seq=n,
+             speaker="James", text=text)
+        for n, text in enumerate(["Do you like bowling alleys?",
+                                  "Bowling alleys are loud. Do you like them?",
+                                  "Bowling alleys are loud and fun"])
+    ])
+    knobs = {**WHEN_ONLY, "dense": 0}
+    off = {h.id: h.score for h in Retriever(
+        store, weights=SearchWeights(**knobs)).search(U, "bowling alleys", k=5)}
+    on = {h.id: h.score for h in Retriever(
+        store, weights=SearchWeights(**{**knobs, "asking": 0.4})).search(
+        U, "bowling alleys", k=5)}
+    assert on[asks] == pytest.approx(off[asks] * 0.6)
+    assert on[half] == pytest.approx(off[half] * (1 - 0.4 * 4 / 8))
+    assert on[says] == pytest.approx(off[says])
