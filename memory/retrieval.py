@@ -73,7 +73,7 @@ class SearchWeights(BaseModel):
         1.0, ge=0, description="bm25 re-run with the tenant's words nearest to the query's "
         "in the embedder's space (needs an embedder; see expand.py)")
     expansion_sim: float = Field(
-        0.5, ge=-1, le=1, description="least cosine of an expansion word to a query word")
+        0.45, ge=-1, le=1, description="least cosine of an expansion word to a query word")
     expansion_per_word: int = Field(3, ge=0, description="expansion words per query word")
     expansion_max_rows: int = Field(
         50_000, ge=0, description="skip expansion for tenants with more rows than this "
@@ -81,8 +81,8 @@ class SearchWeights(BaseModel):
     session: float = Field(
         0.6, ge=0, description="x(1+w*s) for turns, s = the best score in the turn's session "
         "over the best score overall")
-    speaker_boost: float = Field(0.6, ge=0, description="x(1+w) for hits by a named speaker")
-    time_boost: float = Field(1.0, ge=0, description="x(1+w) for hits inside a named time span")
+    speaker_boost: float = Field(1.0, ge=0, description="x(1+w) for hits by a named speaker")
+    time_boost: float = Field(2.0, ge=0, description="x(1+w) for hits inside a named time span")
     when_boost: float = Field(
         0.4, ge=0, description="x(1+w) for hits that state a time or a length of time, when "
         "the question asks when or how long (see Retriever._text_priors)")
