@@ -179,14 +179,17 @@ class Retriever:
         if (w.speaker_boost and qa.speakers) or (w.time_boost and qa.start) or w.recency:
             info = self.store.facets(user_id, list(scores))
             self._apply_priors(scores, info, qa)
+        rows: dict[str, dict[str, Any]] = {}
         if w.text_pool and (w.asking or (w.when_boost and qa.asks_when)):
-            self._text_priors(user_id, scores, qa)
+            rows = self._text_priors(user_id, scores, qa)
         self._expand_graph(user_id, scores, allowed, nodes)
         if w.session:
             self._session_prior(user_id, scores, info)
 
         top = self.store.with_ids(user_id, heapq.nlargest(k, scores.items(), key=itemgetter(1)))
-        rows = self.store.nodes(user_id, [i for i, _ in top])
+        # The text priors' rows are this search's rows too: read only the others.
+        rows = {i: rows[i] for i, _ in top if i in rows}
+        rows |= self.store.nodes(user_id, [i for i, _ in top if i not in rows])
         return [_hit(node_id, score, rows[node_id]) for node_id, score in top if node_id in rows]
 
     # -- channels -------------------------------------------------------------------------
@@ -345,7 +348,7 @@ class Retriever:
             scores[node_id] *= factor
 
     def _text_priors(self, user_id: str, scores: dict[Ref, float], qa: QueryAnalysis
-                     ) -> None:
+                     ) -> dict[str, dict[str, Any]]:
         """Priors on what the ``text_pool`` best candidates say, read once.
 
         - A "when" or "how long" question is answered by a hit that says when ("last May",
@@ -355,7 +358,8 @@ class Retriever:
           1 - ``asking`` x the share of its words in such sentences (``text.asking_share``).
 
         Only the best candidates are read: these priors reorder the top of the ranking,
-        and reading every candidate's text would cost a query hundreds of rows.
+        and reading every candidate's text would cost a query hundreds of rows. Returns
+        the rows read, by id.
         """
         w = self.weights
         ids = self.store.ids(user_id, heapq.nlargest(w.text_pool, scores,
@@ -369,6 +373,7 @@ class Retriever:
             if when and says_when(row["text"]):
                 factor *= 1.0 + when
             scores[ref] *= factor
+        return rows
 
     def _session_prior(self, user_id: str, scores: dict[Ref, float],
                        info: dict[Ref, Facets]) -> None:
