@@ -290,29 +290,35 @@ def test_a_big_index_skips_terms_most_rows_share(store: Store) -> None:
                              common_min_docs=1000)) == 41
 
 
-def _bowling_turns(store: Store) -> tuple[str, str]:
-    """Two turns that match "bowling" alike; only the second says when."""
-    plain, dated = store.add_turns([
+def _one_turn_sessions(store: Store, texts: list[str]) -> list[str]:
+    """One turn by James per session, all with the same event time."""
+    return store.add_turns([
         Turn(user_id=U, conversation_id="c", session_id=f"s{n}", turn_id=f"D{n}:1", seq=n,
              speaker="James", text=text, event_time=datetime(2022, 3, 17, tzinfo=UTC))
-        for n, text in enumerate(["I love bowling, the lanes are so much fun",
-                                  "I went bowling yesterday and got two strikes"])
+        for n, text in enumerate(texts)
     ])
-    return plain, dated
 
 
+def _bowling_turns(store: Store) -> list[str]:
+    """Two turns that match "bowling" alike; only the second says when."""
+    return _one_turn_sessions(store, ["I love bowling, the lanes are so much fun",
+                                      "I went bowling yesterday and got two strikes"])
+
+
+# Every prior but the text priors off, so a score moves only by them.
 WHEN_ONLY = {"graph": 0, "session": 0, "context": 0, "feedback": 0, "speaker_boost": 0,
              "time_boost": 0, "asking": 0}
 
 
+def _ranked(store: Store, query: str, **knobs: float) -> list[tuple[str, float]]:
+    weights = SearchWeights(**{**WHEN_ONLY, **knobs})
+    return [(h.id, h.score) for h in Retriever(store, weights=weights).search(U, query, k=5)]
+
+
 def test_when_prior_lifts_a_hit_that_says_when_for_a_when_question(store: Store) -> None:
     plain, dated = _bowling_turns(store)
-    off = {h.id: h.score for h in Retriever(
-        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0)).search(
-        U, "When did James go bowling?", k=5)}
-    on = {h.id: h.score for h in Retriever(
-        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5)).search(
-        U, "When did James go bowling?", k=5)}
+    off = dict(_ranked(store, "When did James go bowling?", when_boost=0))
+    on = dict(_ranked(store, "When did James go bowling?", when_boost=0.5))
     assert on[dated] == pytest.approx(off[dated] * 1.5)
     assert on[plain] == pytest.approx(off[plain])
 
@@ -320,11 +326,7 @@ def test_when_prior_lifts_a_hit_that_says_when_for_a_when_question(store: Store)
 def test_when_prior_leaves_other_questions_alone(store: Store) -> None:
     _bowling_turns(store)
     query = "What does James love about bowling?"
-    off = [(h.id, h.score) for h in Retriever(
-        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0)).search(U, query, k=5)]
-    on = [(h.id, h.score) for h in Retriever(
-        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5)).search(U, query, k=5)]
-    assert on == off
+    assert _ranked(store, query, when_boost=0.5) == _ranked(store, query, when_boost=0)
 
 
 def test_when_prior_reads_only_the_best_candidates(store: Store) -> None:
@@ -332,35 +334,22 @@ def test_when_prior_reads_only_the_best_candidates(store: Store) -> None:
     second, keeps its score."""
     plain, dated = _bowling_turns(store)
     query = "When did James love the bowling lanes?"
-    base = {h.id: h.score for h in Retriever(
-        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0)).search(U, query, k=5)}
+    base = dict(_ranked(store, query, when_boost=0))
     assert base[plain] > base[dated]
-    one = {h.id: h.score for h in Retriever(
-        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5, text_pool=1)).search(
-        U, query, k=5)}
+    one = dict(_ranked(store, query, when_boost=0.5, text_pool=1))
     assert one == pytest.approx(base)
-    every = {h.id: h.score for h in Retriever(
-        store, weights=SearchWeights(**WHEN_ONLY, when_boost=0.5, text_pool=2)).search(
-        U, query, k=5)}
+    every = dict(_ranked(store, query, when_boost=0.5, text_pool=2))
     assert every[dated] == pytest.approx(base[dated] * 1.5)
 
 
 def test_asking_prior_weighs_a_hit_by_the_share_of_it_that_asks(store: Store) -> None:
     """A turn that only asks about bowling loses ``asking`` of its score; one that half
     asks, half of that; a statement keeps its score."""
-    asks, half, says = store.add_turns([
-        Turn(user_id=U, conversation_id="c", session_id=f"s{n}", turn_id=f"D{n}:1", seq=n,
-             speaker="James", text=text)
-        for n, text in enumerate(["Do you like bowling alleys?",
-                                  "Bowling alleys are loud. Do you like them?",
-                                  "Bowling alleys are loud and fun"])
-    ])
-    knobs = {**WHEN_ONLY, "dense": 0}
-    off = {h.id: h.score for h in Retriever(
-        store, weights=SearchWeights(**knobs)).search(U, "bowling alleys", k=5)}
-    on = {h.id: h.score for h in Retriever(
-        store, weights=SearchWeights(**{**knobs, "asking": 0.4})).search(
-        U, "bowling alleys", k=5)}
+    asks, half, says = _one_turn_sessions(store, [
+        "Do you like bowling alleys?", "Bowling alleys are loud. Do you like them?",
+        "Bowling alleys are loud and fun"])
+    off = dict(_ranked(store, "bowling alleys", dense=0))
+    on = dict(_ranked(store, "bowling alleys", dense=0, asking=0.4))
     assert on[asks] == pytest.approx(off[asks] * 0.6)
     assert on[half] == pytest.approx(off[half] * (1 - 0.4 * 4 / 8))
     assert on[says] == pytest.approx(off[says])
