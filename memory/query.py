@@ -24,16 +24,21 @@ _DAY_MONTH_YEAR = re.compile(rf"\b{_ORD}\s+({_MONTH_RE})\.?,?\s+(\d{{4}})\b", re
 _MONTH_DAY_YEAR = re.compile(rf"\b({_MONTH_RE})\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I)
 _MONTH_YEAR = re.compile(rf"\b({_MONTH_RE})\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I)
 _YEAR = re.compile(r"\b(19\d{2}|20\d{2})\b")
+# A bare year only after a preposition: "in 2021" and "since 2019" are times, "Cyberpunk
+# 2077" and "2000 followers" are not.
+_PREPOSED_YEAR = re.compile(
+    r"\b(?:in|during|since|until|till|by|from|around|circa|of|early|mid|late)"
+    r"\s+((?:19|20)\d{2})\b(?!\s*[-/:])", re.I)
+# Two times joined as a span: "between August 11 and August 15 2023", "from 2021 to 2022".
+_BETWEEN = re.compile(
+    r"\b(?:between|from)\s+(.{3,40}?)\s+(?:and|to|until|till|through)\s+"
+    r"(.{0,40}?\b(?:19|20)\d{2})\b", re.I)
 _RELATIVE = re.compile(
     r"\b(yesterday|today|last\s+(?:week|month|year|weekend)|this\s+(?:week|month|year)|"
     r"(\d+|a|an|one|two|three|four|five|six)\s+(day|week|month|year)s?\s+ago)\b",
     re.I,
 )
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
-_TEMPORAL = re.compile(
-    r"\b(when|what\s+(?:year|month|date|day|time)|how\s+long|how\s+many\s+(?:years|months|"
-    r"weeks|days)|since|before|after|first|last)\b", re.I
-)
 
 
 # A question whose answer is a time or a length of time (answered by a turn that says when).
@@ -51,7 +56,6 @@ class QueryAnalysis:
     speakers: list[str] = field(default_factory=list)
     start: datetime | None = None
     end: datetime | None = None
-    temporal: bool = False
     asks_when: bool = False
 
     @property
@@ -73,7 +77,15 @@ def _day_range(day: datetime) -> tuple[datetime, datetime]:
 
 
 def time_range(question: str, now: datetime | None = None) -> tuple[datetime, datetime] | None:
-    """The time span a question names, or None. Example: "in May 2023" -> all of May 2023."""
+    """The time span a question names, or None. Example: "in May 2023" -> all of May 2023.
+
+    Two times joined by "between ... and ..." or "from ... to ..." name the span from the
+    first's start to the second's end; the first may leave out the year they share.
+    """
+    if (m := _BETWEEN.search(question)) and (last := time_range(m[2], now)):
+        first = time_range(m[1], now) or time_range(f"{m[1]} {last[0].year}", now)
+        if first and first[0] <= last[1]:
+            return first[0], last[1]
     try:
         if m := _DAY_MONTH_YEAR.search(question):
             return _day_range(datetime(int(m[3]), _MONTHS[m[2].lower()], int(m[1]), tzinfo=UTC))
@@ -83,7 +95,7 @@ def time_range(question: str, now: datetime | None = None) -> tuple[datetime, da
         return None
     if m := _MONTH_YEAR.search(question):
         return _month_range(int(m[2]), _MONTHS[m[1].lower()])
-    if m := _YEAR.search(question):
+    if m := _YEAR.fullmatch(question.strip()) or _PREPOSED_YEAR.search(question):
         year = int(m[1])
         return datetime(year, 1, 1, tzinfo=UTC), datetime(year, 12, 31, 23, 59, 59, tzinfo=UTC)
     if now is not None and (m := _RELATIVE.search(question)):
@@ -133,7 +145,7 @@ def named_speakers(question: str, known: list[str]) -> list[str]:
 
 def analyse(question: str, known_speakers: list[str], now: datetime | None = None
             ) -> QueryAnalysis:
-    """Read a question: its tokens, the speakers it names, the time span, temporal intent."""
+    """Read a question: its tokens, the speakers it names, the time span, whether it asks when."""
     span = time_range(question, now)
     return QueryAnalysis(
         text=question,
@@ -141,7 +153,6 @@ def analyse(question: str, known_speakers: list[str], now: datetime | None = Non
         speakers=named_speakers(question, known_speakers),
         start=span[0] if span else None,
         end=span[1] if span else None,
-        temporal=bool(_TEMPORAL.search(question)),
         asks_when=bool(_ASKS_WHEN.search(question)),
     )
 

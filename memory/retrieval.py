@@ -41,10 +41,10 @@ from . import text as textmod
 from .embed import Embedder
 from .expand import TermExpander, vocabulary_words
 from .locking import stored_value
-from .models import Hit, with_caption
+from .models import Hit, as_utc, with_caption
 from .query import QueryAnalysis, analyse
 from .store import Facets, Filters, Ref, Store, node_type
-from .timeparse import says_when
+from .timeparse import resolve_times, says_when
 
 
 class SearchWeights(BaseModel):
@@ -82,7 +82,9 @@ class SearchWeights(BaseModel):
         0.6, ge=0, description="x(1+w*s) for turns, s = the best score in the turn's session "
         "over the best score overall")
     speaker_boost: float = Field(1.0, ge=0, description="x(1+w) for hits by a named speaker")
-    time_boost: float = Field(2.0, ge=0, description="x(1+w) for hits inside a named time span")
+    time_boost: float = Field(
+        2.0, ge=0, description="x(1+w) for hits said inside a named time span, or (among the "
+        "text_pool best) saying a time inside it")
     when_boost: float = Field(
         0.4, ge=0, description="x(1+w) for hits that state a time or a length of time, when "
         "the question asks when or how long (see Retriever._text_priors)")
@@ -180,7 +182,8 @@ class Retriever:
             info = self.store.facets(user_id, list(scores))
             self._apply_priors(scores, info, qa)
         rows: dict[str, dict[str, Any]] = {}
-        if w.text_pool and (w.asking or (w.when_boost and qa.asks_when)):
+        if w.text_pool and (w.asking or (w.when_boost and qa.asks_when)
+                            or (w.time_boost and qa.start)):
             rows = self._text_priors(user_id, scores, qa)
         self._expand_graph(user_id, scores, allowed, nodes)
         if w.session:
@@ -356,6 +359,11 @@ class Retriever:
           (the answer-type matching of question answering, with time as the one type).
         - A sentence that asks a question is rarely the answer to one: a hit is scaled by
           1 - ``asking`` x the share of its words in such sentences (``text.asking_share``).
+        - A question that names a time span asks when a thing happened, and people tell of
+          a thing after it happened ("last Tuesday I ..."): a hit said outside the span
+          that names a time inside it, read against when it was said
+          (``timeparse.resolve_times``), gets the time prior (x(1+``time_boost``)) that
+          the hits said inside the span got.
 
         Only the best candidates are read: these priors reorder the top of the ranking,
         and reading every candidate's text would cost a query hundreds of rows. Returns
@@ -366,12 +374,15 @@ class Retriever:
                                                       key=scores.__getitem__))
         rows = self.store.nodes(user_id, list(ids.values()))
         when = w.when_boost if qa.asks_when else 0.0
+        span = (qa.start, qa.end) if w.time_boost and qa.start and qa.end else None
         for ref, node_id in ids.items():
             if (row := rows.get(node_id)) is None:
                 continue
             factor = 1.0 - w.asking * textmod.asking_share(row["text"]) if w.asking else 1.0
             if when and says_when(row["text"]):
                 factor *= 1.0 + when
+            if span and _tells_of(row, *span):
+                factor *= 1.0 + w.time_boost
             scores[ref] *= factor
         return rows
 
@@ -423,6 +434,17 @@ class Retriever:
                 continue
             share = w.graph * (1.0 if depth == 1 else w.graph_second)
             scores[ref] = scores.get(ref, 0.0) + share * weight * scores[seed_refs[seed]]
+
+
+def _tells_of(row: dict[str, Any], start: datetime, end: datetime) -> bool:
+    """Whether a node said outside ``start``..``end`` names a time inside it (its time
+    phrases read against when it was said; one said inside was lifted by the time prior)."""
+    if not row.get("event_time") or not says_when(row["text"]):  # cached, and most say none
+        return False
+    said = as_utc(datetime.fromisoformat(row["event_time"]))
+    if said is None or start <= said <= end:
+        return False
+    return any(s.start <= end and s.end >= start for s in resolve_times(row["text"], said))
 
 
 def _fuse(rankings: list[tuple[float, list[tuple[Ref, float]]]], how: str, k: int

@@ -48,6 +48,7 @@ from .query import (
     _MONTHS,
     _NUMBER_WORDS,
     _ORD,
+    _PREPOSED_YEAR,
     _SPOKEN_TIME,
     _WEEKDAYS,
     _YEAR,
@@ -131,8 +132,7 @@ _FIND = (  # (pattern, group): what find_time_phrases looks for, group 0 or the 
     # "I may" and "2000 followers" are not.
     (re.compile(rf"\b(?:in|during|since|until|till|by|from|early|mid|late)\s+"
                 rf"((?-i:{_MONTH_NAMES}))\b", re.I), 1),
-    (re.compile(r"\b(?:in|during|since|until|till|by|from|around|circa|of|early|mid|late)"
-                r"\s+((?:19|20)\d{2})\b(?!\s*[-/:])", re.I), 1),
+    (_PREPOSED_YEAR, 1),
 )
 _PREFIX = re.compile(r"^(?:(?:in|on|at|during|over|since|from|around|about|circa|roughly|"
                      r"approximately|just|only|back|sometime|early|mid|late)\s+|mid-)+", re.I)
@@ -231,8 +231,8 @@ def _normalise(phrase: str, base: datetime, style: DateStyle) -> TimeSpan | None
         return None  # a bare number is a time only as a year (or an ISO day or month)
     reading = (_anchored(core, style) or _named(core, base, style)
                or _relative(core, base, style))
-    if reading and reading[2]:
-        _cross_check(core, base, reading[0])
+    if reading and reading[2] and logger.isEnabledFor(logging.DEBUG):
+        _cross_check(core, base, reading[0])  # a second parse, for the log alone
     reading = (reading or _absolute(core, style) or _dateparser(core, base, style)
                or _partial(core, base, style))
     if reading is None:

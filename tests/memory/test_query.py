@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -120,15 +120,9 @@ def test_content_tokens_drop_the_named_speaker() -> None:
     qa = analyse("When did Caroline go to the LGBTQ support group?", ["Caroline", "Melanie"])
     assert qa.tokens == ["carolin", "go", "lgbtq", "support", "group"]
     assert qa.content_tokens == ["go", "lgbtq", "support", "group"]
-    assert qa.temporal is True
+    assert qa.asks_when is True
     only_name = analyse("Caroline?", ["Caroline"])
     assert only_name.content_tokens == ["carolin"]  # never empty while tokens are not
-
-
-def test_temporal_intent() -> None:
-    assert analyse("How long has Jon been dancing?", []).temporal is True
-    assert analyse("What year did she move?", []).temporal is True
-    assert analyse("What does Gina sell?", []).temporal is False
 
 
 @pytest.mark.parametrize(("question", "asks"), [
@@ -141,6 +135,7 @@ def test_temporal_intent() -> None:
     ("Since the move, what has she painted?", False),
     ("How many dogs does James have?", False),
     ("Whenever possible, what does he cook?", False),
+    ("What does Gina sell?", False),
 ])
 def test_asks_when_is_a_question_whose_answer_is_a_time(question: str, asks: bool) -> None:
     assert analyse(question, []).asks_when is asks
@@ -222,3 +217,24 @@ def test_annotate_times_resolves_relative_phrases_against_the_date() -> None:
 ])
 def test_asking_share_counts_the_words_of_questions(text: str, share: float) -> None:
     assert asking_share(text) == pytest.approx(share)
+
+
+@pytest.mark.parametrize(("question", "span"), [
+    ("Which country did James visit in 2021?", ((2021, 1, 1), (2021, 12, 31))),
+    ("What did she paint since 2019?", ((2019, 1, 1), (2019, 12, 31))),
+    ("When did James try Cyberpunk 2077?", None),          # a title, not a year
+    ("Does he still have 2000 followers?", None),
+    ("Where was John between August 11 and August 15 2023?", ((2023, 8, 11), (2023, 8, 15))),
+    ("What did Jon do from 3 May to 10 May 2023?", ((2023, 5, 3), (2023, 5, 10))),
+    ("What changed between 2021 and 2022?", ((2021, 1, 1), (2022, 12, 31))),
+    ("Who won between Jon and Gina in 2023?", ((2023, 1, 1), (2023, 12, 31))),
+])
+def test_time_range_reads_years_and_spans_between_two_times(
+        question: str, span: tuple[tuple[int, int, int], tuple[int, int, int]] | None) -> None:
+    found = time_range(question)
+    if span is None:
+        assert found is None
+        return
+    assert found is not None
+    assert (found[0].date(), found[1].date()) == (date(*span[0]), date(*span[1]))
+

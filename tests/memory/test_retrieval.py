@@ -290,11 +290,12 @@ def test_a_big_index_skips_terms_most_rows_share(store: Store) -> None:
                              common_min_docs=1000)) == 41
 
 
-def _one_turn_sessions(store: Store, texts: list[str]) -> list[str]:
-    """One turn by James per session, all with the same event time."""
+def _one_turn_sessions(store: Store, texts: list[str],
+                       said: datetime = datetime(2022, 3, 17, tzinfo=UTC)) -> list[str]:
+    """One turn by James per session, all said at ``said`` (a Thursday by default)."""
     return store.add_turns([
         Turn(user_id=U, conversation_id="c", session_id=f"s{n}", turn_id=f"D{n}:1", seq=n,
-             speaker="James", text=text, event_time=datetime(2022, 3, 17, tzinfo=UTC))
+             speaker="James", text=text, event_time=said)
         for n, text in enumerate(texts)
     ])
 
@@ -340,6 +341,29 @@ def test_when_prior_reads_only_the_best_candidates(store: Store) -> None:
     assert one == pytest.approx(base)
     every = dict(_ranked(store, query, when_boost=0.5, text_pool=2))
     assert every[dated] == pytest.approx(base[dated] * 1.5)
+
+
+def test_time_prior_lifts_a_hit_that_tells_of_a_time_in_the_span(store: Store) -> None:
+    """Both turns were said on Thursday 17 March, outside the span the question names;
+    the one that tells of "last Tuesday" (15 March) gets the time prior, once."""
+    plain, told = _one_turn_sessions(store, ["I love bowling with friends at the lanes",
+                                             "Last Tuesday I went bowling with friends"])
+    query = "What did James do with friends on 15 March, 2022?"
+    off = dict(_ranked(store, query, time_boost=0))
+    on = dict(_ranked(store, query, time_boost=2.0))
+    assert on[told] == pytest.approx(off[told] * 3.0)
+    assert on[plain] == pytest.approx(off[plain])
+
+
+def test_time_prior_lifts_a_hit_said_in_the_span_once(store: Store) -> None:
+    """A turn said inside the span that also names a day in it is lifted by the time
+    prior once, not once for when it was said and again for what it says."""
+    said, = _one_turn_sessions(store, ["Today I went bowling with friends"],
+                               said=datetime(2022, 3, 15, 20, tzinfo=UTC))
+    query = "What did James do with friends on 15 March, 2022?"
+    off = dict(_ranked(store, query, time_boost=0))
+    on = dict(_ranked(store, query, time_boost=2.0))
+    assert on[said] == pytest.approx(off[said] * 3.0)
 
 
 def test_asking_prior_weighs_a_hit_by_the_share_of_it_that_asks(store: Store) -> None:
