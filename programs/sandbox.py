@@ -679,6 +679,9 @@ class SandboxInterpreter(dspy.PythonInterpreter):
     def _stopped(self, message: str, fired: bool, seconds: float) -> SandboxLimitError:
         """Record a lost step, start its replacement, and say what happened."""
         code = self.deno_process.poll() if self.deno_process is not None else None
+        # An ended process's last words: out of memory inside the runner itself (not the
+        # step's code) ends Deno with code 1 and says so only on stderr.
+        said = self._stderr.text() if code is not None and self._stderr is not None else ""
         if self._overflow:
             kind, what = "output", (f"the step wrote more than {self.limits.output_mb} MB "
                                     "at once and was stopped")
@@ -687,14 +690,14 @@ class SandboxInterpreter(dspy.PythonInterpreter):
                                   f"({self.limits.time_s:g} s running, {self.limits.wall_s:g}"
                                   " s with tool calls) and was stopped")
         elif code in KILLED_BY or re.search(r"out of memory|allocation failed|heap limit",
-                                            message, re.I):
+                                            f"{message}\n{said}", re.I):
             kind, what = "memory", (f"the sandbox process ended (exit code {code}), most "
                                     f"likely over its memory limit of "
                                     f"{self.limits.memory_mb} MB")
         else:
             kind, what = "crash", f"the sandbox failed: {message[:300]}"
         self.incidents.append({"kind": kind, "exit_code": code, "seconds": round(seconds, 2),
-                               "message": message[:300]})
+                               "message": message[:300], "stderr": said[-300:]})
         self._lost = True
         if self.restarts < self.limits.max_restarts:
             self._respawn_error = None

@@ -26,6 +26,7 @@ from memstrata.programs.sandbox import (
     SandboxInterpreter,
     SandboxLimitError,
     SandboxLimits,
+    _StderrTail,
     _Watchdog,
     deno_command,
     runner_path,
@@ -92,6 +93,25 @@ def test_a_stopped_watch_never_kills(sleeper: subprocess.Popen[str]) -> None:
     assert dog.stop() is False
     time.sleep(0.4)
     assert sleeper.poll() is None
+
+
+@pytest.mark.parametrize(("last_words", "kind"), [
+    ("error: Uncaught (in promise) RangeError: Array buffer allocation failed", "memory"),
+    ("error: Uncaught SyntaxError: Unexpected token", "crash"),
+])
+def test_a_process_that_ends_is_classified_by_its_last_words(last_words: str,
+                                                            kind: str) -> None:
+    """Out of memory inside the runner (not the step) ends Deno with code 1 and says so
+    only on stderr: the lost step is a memory incident, with those words kept."""
+    proc = subprocess.Popen([sys.executable, "-c", f"import sys; print({last_words!r}, "
+                             "file=sys.stderr); sys.exit(1)"], stderr=subprocess.PIPE, text=True)
+    proc.wait(timeout=10)
+    interp = SandboxInterpreter([sys.executable], limits=SandboxLimits(max_restarts=0))
+    interp.deno_process, interp._stderr = proc, _StderrTail(proc)
+    err = interp._stopped("No response during execution", fired=False, seconds=0.1)
+    assert err.kind == kind
+    assert interp.incidents[-1]["exit_code"] == 1
+    assert last_words in interp.incidents[-1]["stderr"]
 
 
 # -- the real sandbox ---------------------------------------------------------------------
