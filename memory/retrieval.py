@@ -91,8 +91,8 @@ class SearchWeights(BaseModel):
     asking: float = Field(
         0.35, ge=0, le=1, description="x(1-w*q) for hits, q the share of their words in "
         "sentences that ask a question (see Retriever._text_priors)")
-    text_pool: int = Field(30, ge=0, description="best candidates whose text the when and "
-                                                 "asking priors read")
+    text_pool: int = Field(30, ge=0, description="best candidates whose text the when, "
+                                                 "asking and told-of time priors read")
     recency: float = Field(
         0.0, ge=0, description="x(1+w*r), r in [0,1] the hit's event-time rank, newest = 1"
     )
