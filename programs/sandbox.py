@@ -536,6 +536,9 @@ def _vm_data_kb(pid: int) -> int | None:
 KILLED_BY = (-5, -6, -9, -11)
 """Exit codes of a Deno process that ran out of memory: V8's fatal OOM (SIGTRAP, SIGABRT),
 a failed allocation (SIGSEGV), the kernel's OOM killer (SIGKILL)."""
+_OUT_OF_MEMORY = (r"out of memory|allocation failed|heap limit|unable to create worker "
+                  r"threads|failed to spawn thread|resource temporarily unavailable")
+"""What an ended Deno process says on stderr when it ran out of memory in its runner."""
 JOURNAL_MAX_CHARS = 2_000_000
 """Most characters of code and variables the interpreter keeps to restore a restarted
 sandbox; past it, later steps are not restored."""
@@ -680,7 +683,9 @@ class SandboxInterpreter(dspy.PythonInterpreter):
         """Record a lost step, start its replacement, and say what happened."""
         code = self.deno_process.poll() if self.deno_process is not None else None
         # An ended process's last words: out of memory inside the runner itself (not the
-        # step's code) ends Deno with code 1 and says so only on stderr.
+        # step's code) ends Deno with code 1 and says so only on stderr. A thread Deno
+        # cannot start near the RLIMIT_DATA cap (its stack is a private writable mapping)
+        # is the same thing, though Deno's hint blames a PID limit: this sandbox sets none.
         said = self._stderr.text() if code is not None and self._stderr is not None else ""
         if self._overflow:
             kind, what = "output", (f"the step wrote more than {self.limits.output_mb} MB "
@@ -689,8 +694,7 @@ class SandboxInterpreter(dspy.PythonInterpreter):
             kind, what = "time", (f"the step ran past the sandbox's time limit "
                                   f"({self.limits.time_s:g} s running, {self.limits.wall_s:g}"
                                   " s with tool calls) and was stopped")
-        elif code in KILLED_BY or re.search(r"out of memory|allocation failed|heap limit",
-                                            f"{message}\n{said}", re.I):
+        elif code in KILLED_BY or re.search(_OUT_OF_MEMORY, f"{message}\n{said}", re.I):
             kind, what = "memory", (f"the sandbox process ended (exit code {code}), most "
                                     f"likely over its memory limit of "
                                     f"{self.limits.memory_mb} MB")

@@ -97,6 +97,8 @@ def test_a_stopped_watch_never_kills(sleeper: subprocess.Popen[str]) -> None:
 
 @pytest.mark.parametrize(("last_words", "kind"), [
     ("error: Uncaught (in promise) RangeError: Array buffer allocation failed", "memory"),
+    ("Deno could not start: unable to create worker threads.\nThis usually happens when "
+     "running in a container with a low\nPID limit.", "memory"),
     ("error: Uncaught SyntaxError: Unexpected token", "crash"),
 ])
 def test_a_process_that_ends_is_classified_by_its_last_words(last_words: str,
