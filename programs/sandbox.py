@@ -536,8 +536,9 @@ def _vm_data_kb(pid: int) -> int | None:
 KILLED_BY = (-5, -6, -9, -11)
 """Exit codes of a Deno process that ran out of memory: V8's fatal OOM (SIGTRAP, SIGABRT),
 a failed allocation (SIGSEGV), the kernel's OOM killer (SIGKILL)."""
-_OUT_OF_MEMORY = (r"out of memory|allocation failed|heap limit|unable to create worker "
-                  r"threads|failed to spawn thread|resource temporarily unavailable")
+_OUT_OF_MEMORY = re.compile(r"out of memory|allocation failed|heap limit|unable to create "
+                            r"worker threads|failed to spawn thread|resource temporarily "
+                            r"unavailable", re.I)
 """What an ended Deno process says on stderr when it ran out of memory in its runner."""
 JOURNAL_MAX_CHARS = 2_000_000
 """Most characters of code and variables the interpreter keeps to restore a restarted
@@ -694,7 +695,7 @@ class SandboxInterpreter(dspy.PythonInterpreter):
             kind, what = "time", (f"the step ran past the sandbox's time limit "
                                   f"({self.limits.time_s:g} s running, {self.limits.wall_s:g}"
                                   " s with tool calls) and was stopped")
-        elif code in KILLED_BY or re.search(_OUT_OF_MEMORY, f"{message}\n{said}", re.I):
+        elif code in KILLED_BY or _OUT_OF_MEMORY.search(f"{message}\n{said}"):
             kind, what = "memory", (f"the sandbox process ended (exit code {code}), most "
                                     f"likely over its memory limit of "
                                     f"{self.limits.memory_mb} MB")

@@ -237,4 +237,3 @@ def test_time_range_reads_years_and_spans_between_two_times(
         return
     assert found is not None
     assert (found[0].date(), found[1].date()) == (date(*span[0]), date(*span[1]))
-
