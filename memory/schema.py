@@ -250,6 +250,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE turns ADD COLUMN updated_at TEXT
         """,
     ),
+    (
+        9,
+        "subject index",
+        # The people items are about, one index seek each (NodeLookups.speakers), where
+        # reading them walked every item of the tenant. Partial: most items name nobody.
+        """
+        CREATE INDEX items_tenant_about ON items (user_id, about) WHERE about IS NOT NULL
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -851,8 +851,8 @@ def _unprefix(text: str | None) -> str | None:
 
 def downgrade(path: Path, version: int) -> None:
     """Take a store written by today's code back to schema ``version``: what that
-    version's code would have left (later tables dropped, ``turns.updated_at`` removed,
-    FTS terms un-prefixed with the tenant token back in the ``tenant`` column)."""
+    version's code would have left (later tables and indexes dropped, ``turns.updated_at``
+    removed, FTS terms un-prefixed with the tenant token back in the ``tenant`` column)."""
     from memstrata.memory.store import tenant_token
 
     conn = sqlite3.connect(path, isolation_level=None)
@@ -860,7 +860,7 @@ def downgrade(path: Path, version: int) -> None:
     drops = {8: ["versions"], 7: ["turns_instances", "items_instances"],
              5: ["turns_vocab", "items_vocab"], 4: ["run_steps", "runs", "blobs", "events"],
              3: ["embeddings"], 2: ["item_tags", "items_fts", "items", "edges"]}
-    for v in range(8, version, -1):
+    for v in range(9, version, -1):
         if v == 6:
             for table, fts, columns in (("turns", "turns_fts", ("body", "context")),
                                         ("items", "items_fts", ("body",))):
@@ -872,6 +872,8 @@ def downgrade(path: Path, version: int) -> None:
                     [(tenant_token(r[1]), *map(_unprefix, r[2:]), r[0]) for r in rows])
         for table in drops.get(v, []):
             conn.execute(f"DROP TABLE {table}")
+        if v == 9:
+            conn.execute("DROP INDEX items_tenant_about")
         if v == 8:
             conn.execute("ALTER TABLE turns DROP COLUMN updated_at")
     conn.execute("DELETE FROM schema_migrations WHERE version > ?", (version,))

@@ -18,6 +18,13 @@ from .connection import StoreConnection
 from .rows import _TABLE, Facets, Ref, node_type
 from .shared import RefLookups
 
+_DISTINCT = (
+    "WITH RECURSIVE v(x) AS ("
+    "SELECT (SELECT min({column}) FROM {table} WHERE user_id = ?1 AND {column} IS NOT NULL)"
+    " UNION ALL SELECT (SELECT min({column}) FROM {table} WHERE user_id = ?1"
+    " AND {column} > v.x) FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL")
+"""The distinct non-NULL values of a column among one tenant's rows (``?1``), ascending."""
+
 
 class NodeLookups(StoreConnection, RefLookups):
     """Lookups of turn and item rows by id or rowid (see the module)."""
@@ -94,14 +101,15 @@ class NodeLookups(StoreConnection, RefLookups):
         return self._cached(("speakers", user_id), lambda: self._load_speakers(user_id))
 
     def _load_speakers(self, user_id: str) -> list[str]:
-        rows = self.conn.execute(
-            "SELECT speaker FROM turns WHERE user_id = ? GROUP BY speaker"
-            " UNION SELECT speaker FROM items WHERE user_id = ? AND speaker IS NOT NULL"
-            " GROUP BY speaker"
-            " UNION SELECT about FROM items WHERE user_id = ? AND about IS NOT NULL GROUP BY about",
-            (user_id, user_id, user_id),
-        )
-        return sorted({r[0] for r in rows if r[0]})
+        # A skip scan (one index seek per distinct name, over the (user_id, column)
+        # indexes): GROUP BY walked every row of the tenant, ~70 ms at 100k items, paid by
+        # the first search after every write.
+        names: set[str] = set()
+        for table, column in (("turns", "speaker"), ("items", "speaker"), ("items", "about")):
+            names.update(r[0] for r in self.conn.execute(_DISTINCT.format(table=table,
+                                                                          column=column),
+                                                         (user_id,)) if r[0])
+        return sorted(names)
 
     def counts(self, user_id: str | None = None) -> dict[str, int]:
         """Row counts per table (for one tenant, or all)."""
