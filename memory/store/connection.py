@@ -24,6 +24,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,6 +71,9 @@ class StoreConnection(EmbedderSetting):
         self._lengths_at: dict[str, tuple[int, int]] = {}
         self._touched: dict[str, set[int]] = {"turn": set(), "item": set()}
         self._postings = Postings()
+        # Each tenant's tag vocabulary and the other processes' data version it was read
+        # at; kept across this process's writes (LexicalSearch.tag_vocabulary).
+        self._tag_sets: OrderedDict[str, tuple[int, list[str]]] = OrderedDict()
 
     @classmethod
     def open(cls, path: str | Path = "memstrata.db", *, cache_mb: int = 64,
@@ -181,6 +185,7 @@ class StoreConnection(EmbedderSetting):
                 yield self
             except BaseException as exc:
                 self._depth -= 1
+                self._tag_sets.clear()  # it may hold tags of the rows rolled back
                 # A full disk or an I/O error makes SQLite roll the whole transaction
                 # back by itself: a ROLLBACK then fails and would hide the real error.
                 if self.conn.in_transaction:
@@ -196,6 +201,7 @@ class StoreConnection(EmbedderSetting):
             try:
                 self.conn.execute("COMMIT" if self._depth == 0 else f"RELEASE {name}")
             except BaseException:
+                self._tag_sets.clear()
                 # A failed COMMIT (full disk) may leave the transaction open: end it, so
                 # the next one can begin.
                 if self._depth == 0 and self.conn.in_transaction:
@@ -223,6 +229,7 @@ class StoreConnection(EmbedderSetting):
     def forget_cached(self, user_id: str) -> None:
         """Drop every cached value of one tenant (other tenants' stay)."""
         self._cache.forget(user_id)
+        self._tag_sets.pop(user_id, None)
 
     def touched(self, node: str, rowids: Iterable[int]) -> None:
         """Note FTS rows this connection deleted or rewrote (row lengths re-sync)."""

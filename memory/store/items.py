@@ -79,10 +79,16 @@ class ItemStore(VectorStore, ItemWrites):
             "INSERT OR IGNORE INTO item_tags (user_id, tag, item_rowid) VALUES (?,?,?)",
             [(item.user_id, t.casefold(), rowid) for t in item.tags],
         )
+        kept = self._tag_sets.get(item.user_id)  # see LexicalSearch.tag_vocabulary
+        if kept is not None and not {t.casefold() for t in item.tags}.issubset(kept[1]):
+            # A new list: a search may be reading the one it holds.
+            self._tag_sets[item.user_id] = (kept[0], sorted(
+                {*kept[1], *(t.casefold() for t in item.tags)}))
 
     def _unindex_item(self, rowid: int) -> None:
         self.conn.execute("DELETE FROM items_fts WHERE rowid = ?", (rowid,))
         self.conn.execute("DELETE FROM item_tags WHERE item_rowid = ?", (rowid,))
+        self._tag_sets.clear()  # a tag may have gone: the next search reads them again
         self._touched["item"].add(rowid)
 
     def get(self, user_id: str, item_id: str) -> Item | None:

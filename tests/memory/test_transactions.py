@@ -141,3 +141,28 @@ def test_uncommitted_writes_are_invisible_to_other_connections(tmp_path: Path) -
             item_id = writer.add(FactItem(user_id=U, text="not yet"))
             assert reader.get(U, item_id) is None
         assert reader.get(U, item_id) is not None
+
+
+def test_the_tag_vocabulary_follows_adds_rollbacks_and_other_processes(tmp_path: Path) -> None:
+    """Kept across this process's adds (no full read), exact again after a rollback and
+    after another connection's commit."""
+    store = Store.open(tmp_path / "m.db", embedder=None)
+    other = Store.open(tmp_path / "m.db", embedder=None)
+    try:
+        store.add(FactItem(user_id=U, text="first", tags=["Old"]))
+        assert store.tag_vocabulary(U) == ["old"]
+        reads: list[str] = []
+        store.conn.raw.set_trace_callback(
+            lambda sql: reads.append(sql) if "DISTINCT tag" in sql else None)
+        store.add(FactItem(user_id=U, text="second", tags=["New", "old"]))
+        assert store.tag_vocabulary(U) == ["new", "old"] and reads == []
+        with pytest.raises(Boom), store.transaction():
+            store.add(FactItem(user_id=U, text="third", tags=["ghost"]))
+            assert "ghost" in store.tag_vocabulary(U)
+            raise Boom
+        assert store.tag_vocabulary(U) == ["new", "old"] and len(reads) == 1
+        other.add(FactItem(user_id=U, text="fourth", tags=["elsewhere"]))
+        assert store.tag_vocabulary(U) == ["elsewhere", "new", "old"]
+    finally:
+        store.close()
+        other.close()

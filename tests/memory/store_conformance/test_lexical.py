@@ -329,3 +329,17 @@ def test_match_cost_and_index_rows(backend: Any) -> None:
     assert backend.match_cost("u2", tokens, node="item") == 0
     assert backend.index_rows("turn") == len(TURNS)
     assert backend.index_rows("item") == len(ITEMS)
+
+
+def test_index_rows_counts_the_rows_a_transaction_has_written(backend: Any) -> None:
+    """Inside a write transaction too (FTS5 writes its row total only at commit)."""
+    _write(backend)
+    assert backend.index_rows("turn") == len(TURNS)
+    extra = [Turn(user_id="u1", conversation_id="c1", session_id="s2", turn_id=f"x{i}",
+                  seq=1000 + i, speaker="Ana", text="one more cat") for i in range(3)]
+    with backend.transaction():
+        backend.add_turns(extra)
+        assert backend.index_rows("turn") == len(TURNS) + 3
+    assert backend.index_rows("turn") == len(TURNS) + 3
+    backend.forget_user("u1")
+    assert backend.index_rows("turn") == 0
