@@ -1,10 +1,11 @@
-"""The ``Memory`` facade under load: ``add`` latency at scale, threads and processes on one
-file, and (with ``--lm``) LLM calls per ten turns with extraction on.
+"""The ``Memory`` facade under load: ``add`` latency at scale and a search right after an
+add there, threads and processes on one file, and (with ``--lm``) LLM calls per ten turns
+with extraction on.
 
 Run: ``python -m memstrata.bench.memory_api [--items 100000] [--lm local/qwen2.5-coder-1.5b]
 --out DIR``. Writes ``memory_api.json`` and prints it. Latencies are reported with a
-baseline measured in the same run (the same ``add`` on an empty tenant), since these
-machines are shared and noisy.
+baseline measured in the same run (the same ``add`` on an empty tenant; the same searches
+with no write between them), since these machines are shared and noisy.
 """
 
 from __future__ import annotations
@@ -56,23 +57,51 @@ def _latency(memory: Memory, user: str, calls: int, rng: np.random.Generator) ->
         started = time.perf_counter()
         memory.add(text, user_id=user, conversation_id="live", infer=False)
         times.append((time.perf_counter() - started) * 1000)
+    return _summary(times)
+
+
+def _summary(times: list[float]) -> dict[str, float]:
     arr = np.array(times)
     return {"p50_ms": round(float(np.percentile(arr, 50)), 3),
             "p95_ms": round(float(np.percentile(arr, 95)), 3),
             "max_ms": round(float(arr.max()), 3)}
 
 
+def _search_after_add(memory: Memory, user: str, calls: int, rng: np.random.Generator
+                      ) -> dict[str, Any]:
+    """One ``search`` timed right after an ``add`` (what an agent does with each message),
+    and the same queries again with no write in between (the baseline, same run)."""
+    queries = [" ".join(rng.choice(WORDS, 3)) for _ in range(calls)]
+    after = []
+    for n, query in enumerate(queries):
+        memory.add(_sentence(rng, n), user_id=user, conversation_id="live", infer=False)
+        started = time.perf_counter()
+        memory.search(query, user_id=user)
+        after.append((time.perf_counter() - started) * 1000)
+    alone = []
+    for query in queries:
+        started = time.perf_counter()
+        memory.search(query, user_id=user)
+        alone.append((time.perf_counter() - started) * 1000)
+    first, second = _summary(after), _summary(alone)
+    return {"after_add": first, "no_write_between": second,
+            "p95_ratio": round(first["p95_ms"] / second["p95_ms"], 2)}
+
+
 def add_latency(path: Path, items: int, calls: int) -> dict[str, Any]:
-    """p50/p95 of one ``add`` (no inference) on an empty tenant and at ``items`` items."""
+    """p50/p95 of one ``add`` (no inference) on an empty tenant and at ``items`` items, and
+    of a ``search`` right after an ``add`` at ``items`` items."""
     rng = np.random.default_rng(0)
     memory = Memory.open(path)
     empty = _latency(memory, "empty", calls, rng)
     seed_s = _seed(memory, "big", items, rng)
     big = _latency(memory, "big", calls, rng)
+    search = _search_after_add(memory, "big", calls, rng)
     memory.close()
     return {"items": items, "calls": calls, "seed_seconds": round(seed_s, 1),
             "empty_tenant": empty, "at_items": big,
-            "p95_ratio": round(big["p95_ms"] / empty["p95_ms"], 2)}
+            "p95_ratio": round(big["p95_ms"] / empty["p95_ms"], 2),
+            "search_at_items": search}
 
 
 def threads(path: Path, n_threads: int, ops: int) -> dict[str, Any]:
