@@ -651,6 +651,8 @@ class SandboxInterpreter(dspy.PythonInterpreter):
         """Run ``code`` within the limits (see the class); restarts a lost sandbox first."""
         if self._lost:
             self._restart()
+        if self.deno_process is None and not self._session_ended:
+            self.start()  # start-up (Deno, Pyodide) is not the step's cost for the journal
         calls, started = self._tool_calls, time.monotonic()
         result = self._bounded(code, variables)
         if self._tool_calls == calls and time.monotonic() - started <= JOURNAL_MAX_STEP_S:

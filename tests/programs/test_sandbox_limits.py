@@ -148,6 +148,24 @@ def test_a_cpu_bound_step_ends_with_a_recorded_error_and_the_sandbox_restarts(
 
 
 @pytest.mark.slow
+def test_a_slow_start_does_not_keep_the_first_step_from_being_replayed(
+        installed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    spawn = SandboxInterpreter._spawn_process
+
+    def slow_spawn(self: SandboxInterpreter) -> None:  # a loaded machine's start-up
+        time.sleep(sandbox.JOURNAL_MAX_STEP_S + 0.5)
+        spawn(self)
+
+    monkeypatch.setattr(SandboxInterpreter, "_spawn_process", slow_spawn)
+    interp = _interp(time_s=2.0)
+    try:
+        interp.execute("kept = 41")
+        assert [code for code, _ in interp._journal] == ["kept = 41"]
+    finally:
+        interp.shutdown()
+
+
+@pytest.mark.slow
 def test_memory_bound_steps_end_with_a_recorded_error_within_the_limit(
         installed: None) -> None:
     interp = _interp(memory_mb=512, time_s=30.0)
