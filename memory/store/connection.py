@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import sqlite_utils
 
@@ -40,6 +40,9 @@ from .blobs import Blobs
 from .postings import Postings, RowLengths, Scored
 from .rows import Facets, Ref
 from .shared import MISS, EmbedderSetting, VersionedCache
+
+if TYPE_CHECKING:  # vectors.py builds on this module
+    from .vectors import KeptVectors
 
 
 class StoreConnection(EmbedderSetting):
@@ -74,6 +77,10 @@ class StoreConnection(EmbedderSetting):
         # Each tenant's tag vocabulary and the other processes' data version it was read
         # at; kept across this process's writes (LexicalSearch.tag_vocabulary).
         self._tag_sets: OrderedDict[str, tuple[int, list[str]]] = OrderedDict()
+        # Tenants' vectors, kept across this process's additions (vectors.py), and the
+        # last ones read inside a write transaction.
+        self._kept_vectors: OrderedDict[tuple[str, str], KeptVectors] = OrderedDict()
+        self._tx_vectors: KeptVectors | None = None
 
     @classmethod
     def open(cls, path: str | Path = "memstrata.db", *, cache_mb: int = 64,
@@ -195,6 +202,7 @@ class StoreConnection(EmbedderSetting):
                         self.conn.execute(f"ROLLBACK TO {name}")
                         self.conn.execute(f"RELEASE {name}")
                 self._writes += 1
+                self._tx_vectors = None
                 with file_faults(self.path):  # writes through sqlite_utils end here raw
                     raise exc
             self._depth -= 1
@@ -209,6 +217,8 @@ class StoreConnection(EmbedderSetting):
                 raise
             finally:
                 self._writes += 1
+                if self._depth == 0:
+                    self._tx_vectors = None
 
     def _cached(self, key: tuple[Any, ...], compute: Any) -> Any:
         """``compute()``, memoised until this process writes or another one commits.
@@ -230,6 +240,9 @@ class StoreConnection(EmbedderSetting):
         """Drop every cached value of one tenant (other tenants' stay)."""
         self._cache.forget(user_id)
         self._tag_sets.pop(user_id, None)
+        for key in [k for k in self._kept_vectors if k[0] == user_id]:
+            del self._kept_vectors[key]
+        self._tx_vectors = None
 
     def touched(self, node: str, rowids: Iterable[int]) -> None:
         """Note FTS rows this connection deleted or rewrote (row lengths re-sync)."""

@@ -39,26 +39,60 @@ class VectorStore(NodeLookups, EmbeddingWrites):
     def vectors(self, user_id: str, model: str) -> tuple[list[str], np.ndarray]:
         """All of a tenant's vectors for ``model`` as (node ids, float32 matrix).
 
-        Cached in memory until this process writes again or another process commits
-        (``PRAGMA data_version``), so repeated searches do not re-read SQLite.
+        Kept in memory: read in full once, then while this process only adds vectors,
+        brought up to date by reading the rows added since (:class:`KeptVectors`); another
+        process's commit, a deleted or replaced vector, or a read inside a write
+        transaction reads them in full again.
         """
-        return self._cached(("vectors", user_id, model), lambda: self._load_vectors(user_id, model))
+        kept = self._kept(user_id, model)
+        return kept.ids, kept.matrix
 
     def vector_speakers(self, user_id: str, model: str) -> np.ndarray:
-        """The speaker of each node in :meth:`vectors`' order, as an object array (cached)."""
-        ids, _ = self.vectors(user_id, model)
-        return self._cached(("vector_speakers", user_id, model), lambda: self._speakers_of(
-            user_id, ids))
+        """The speaker of each node in :meth:`vectors`' order, as an object array."""
+        with self._lock:
+            kept = self._kept(user_id, model)
+            done = 0 if kept.speakers is None else len(kept.speakers)
+            if kept.speakers is None or done < len(kept.ids):
+                more = self._speakers_of(user_id, kept.ids[done:])
+                kept.speakers = more if kept.speakers is None else np.concatenate(
+                    [kept.speakers, more])
+            return kept.speakers
 
     def vector_refs(self, user_id: str, model: str) -> list[Ref | None]:
-        """The ref of each node in :meth:`vectors`' order (None: the node is gone; cached)."""
-        ids, _ = self.vectors(user_id, model)
+        """The ref of each node in :meth:`vectors`' order (None: the node is gone)."""
+        with self._lock:
+            kept = self._kept(user_id, model)
+            done = 0 if kept.refs is None else len(kept.refs)
+            if kept.refs is None or done < len(kept.ids):
+                found = self.refs(user_id, kept.ids[done:])
+                kept.refs = [*(kept.refs or []), *(found.get(i) for i in kept.ids[done:])]
+            return kept.refs
 
-        def load() -> list[Ref | None]:
-            found = self.refs(user_id, ids)
-            return [found.get(i) for i in ids]
-
-        return self._cached(("vector_refs", user_id, model), load)
+    def _kept(self, user_id: str, model: str) -> KeptVectors:
+        with self._lock:
+            version = self.data_version()
+            key = (user_id, model)
+            kept = self._kept_vectors.get(key)
+            if kept is not None and kept.version == version:
+                self._kept_vectors.move_to_end(key)
+                return kept
+            if self._depth:
+                # Uncommitted rows may be rolled back: read them for this transaction only.
+                self._kept_vectors.pop(key, None)
+                if self._tx_vectors is None or self._tx_vectors.version != version or (
+                        self._tx_vectors.key != key):
+                    self._tx_vectors = self._read_vectors(user_id, model, version)
+                return self._tx_vectors
+            if kept is None or kept.version[1] != version[1] or not kept.catch_up(
+                    self.conn, user_id, model, version):
+                kept = self._read_vectors(user_id, model, version)
+            self._kept_vectors[key] = kept
+            self._kept_vectors.move_to_end(key)
+            while len(self._kept_vectors) > 1 and (
+                    len(self._kept_vectors) > KEPT_TENANTS
+                    or sum(k.nbytes for k in self._kept_vectors.values()) > self.CACHE_BYTES):
+                self._kept_vectors.popitem(last=False)
+            return kept
 
     def dense_refs(self, user_id: str, model: str, query_vec: np.ndarray, k: int, *,
                    allowed: set[Ref] | None = None, nodes: Sequence[str] = ("turn", "item"),
@@ -77,16 +111,87 @@ class VectorStore(NodeLookups, EmbeddingWrites):
         found = {n: r.get("speaker") for n, r in self.nodes(user_id, ids, text=False).items()}
         return np.array([found.get(i) for i in ids], dtype=object)
 
-    def _load_vectors(self, user_id: str, model: str) -> tuple[list[str], np.ndarray]:
+    def _read_vectors(self, user_id: str, model: str, version: tuple[int, int]
+                      ) -> KeptVectors:
         rows = self.conn.execute(
-            "SELECT node_id, dim, vector FROM embeddings WHERE user_id = ? AND model = ?",
-            (user_id, model),
-        ).fetchall()
+            "SELECT rowid, node_id, dim, vector FROM embeddings WHERE user_id = ? AND model = ?"
+            " ORDER BY rowid", (user_id, model)).fetchall()
+        kept = KeptVectors((user_id, model), version)
+        kept.append(rows)
+        return kept
+
+
+KEPT_TENANTS = 16
+"""Tenants (and models) whose vectors a store keeps in memory, least recently used out."""
+
+
+class KeptVectors:
+    """One tenant's vectors of one model, in rowid order, with the rows' refs and speakers
+    filled in when first asked for (``VectorStore.vector_refs``/``vector_speakers``).
+
+    Once rows are added, ``matrix`` is a view of the first rows of a larger buffer, so
+    adding a few more copies nothing; a reader holding an earlier view keeps seeing the
+    rows it had.
+    """
+
+    def __init__(self, key: tuple[str, str], version: tuple[int, int]) -> None:
+        self.key = key  # (tenant, model)
+        self.version = version  # the store's data version the rows are up to date with
+        self.ids: list[str] = []
+        self.last = (0, "", b"")  # rowid, node id and bytes of the last row read
+        self._buffer = np.zeros((0, 0), dtype=np.float32)
+        self.matrix = self._buffer
+        self.refs: list[Ref | None] | None = None
+        self.speakers: np.ndarray | None = None
+
+    def append(self, rows: Sequence[tuple[int, str, int, bytes]]) -> None:
+        """Add rows ``(rowid, node id, dim, vector)``, rowids ascending."""
         if not rows:
-            return [], np.zeros((0, 0), dtype=np.float32)
+            return
         with stored_value("a stored vector"):  # a blob cut short on disk
-            matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32)
-            return [r[0] for r in rows], matrix.reshape(len(rows), rows[0][1])
+            block = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32
+                                  ).reshape(len(rows), rows[0][2])
+        n, total = len(self.ids), len(self.ids) + len(rows)
+        if not n:  # a first read: no spare rows (most tenants are read once, never added to)
+            self._buffer = block
+        elif total > len(self._buffer):
+            grown = np.empty((total + max(total // 4, 64), block.shape[1]), np.float32)
+            grown[:n] = self.matrix
+            self._buffer = grown
+        if n:
+            self._buffer[n:total] = block
+        self.matrix = self._buffer[:total]
+        self.ids = [*self.ids, *(r[1] for r in rows)]  # a new list: readers hold the old one
+        self.last = (rows[-1][0], rows[-1][1], rows[-1][3])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of vectors held, spare rows included."""
+        return int(self._buffer.nbytes)
+
+    def catch_up(self, conn: Any, user_id: str, model: str, version: tuple[int, int]) -> bool:
+        """Read the rows this process added since; False (nothing changed) when any kept
+        row was deleted or replaced since, which only a full read can tell apart.
+
+        Exact without a log of deletes: rows are read from the last kept rowid on (SQLite
+        may give a new row the rowid of a deleted last one, so the last row must come back
+        as it was), and the tenant's row count must equal the kept rows plus the new ones.
+        """
+        rows = conn.execute(
+            "SELECT rowid, node_id, dim, vector FROM embeddings WHERE rowid >= ?"
+            " AND +user_id = ? AND model = ? ORDER BY rowid",
+            (self.last[0], user_id, model)).fetchall()
+        if self.ids:
+            if not rows or (rows[0][0], rows[0][1], rows[0][3]) != self.last:
+                return False
+            rows = rows[1:]
+        count = conn.execute("SELECT count(*) FROM embeddings WHERE user_id = ? AND model = ?",
+                             (user_id, model)).fetchone()[0]
+        if count != len(self.ids) + len(rows):
+            return False
+        self.append(rows)
+        self.version = version
+        return True
 
 
 def matrix_dense_refs(store: Any, user_id: str, model: str, query_vec: np.ndarray, k: int, *,

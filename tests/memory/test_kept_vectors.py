@@ -1,0 +1,107 @@
+"""A tenant's vectors kept in memory across this process's writes (``KeptVectors``): after
+every kind of write, what a search reads equals a fresh read of the file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from memstrata.memory import FactItem, Store
+
+U = "tenant"
+
+
+class Boom(Exception):
+    """Raised on purpose inside a transaction."""
+
+
+@pytest.fixture
+def pair(tmp_path: Path, embedder: Any) -> Iterator[tuple[Store, Store, str]]:
+    """The store under test and a second connection to the same file (another process)."""
+    first = Store.open(tmp_path / "m.db", embedder=embedder)
+    second = Store.open(tmp_path / "m.db", embedder=embedder)
+    try:
+        yield first, second, embedder.name
+    finally:
+        first.close()
+        second.close()
+
+
+def _same_as_a_fresh_read(store: Store, model: str) -> None:
+    fresh = Store.open(store.path, embedder=None)
+    try:
+        ids, matrix = store.vectors(U, model)
+        want_ids, want = fresh.vectors(U, model)
+        assert ids == want_ids and np.array_equal(matrix, want)
+        assert store.vector_refs(U, model) == fresh.vector_refs(U, model)
+        assert list(store.vector_speakers(U, model)) == list(fresh.vector_speakers(U, model))
+    finally:
+        fresh.close()
+
+
+def _full_reads(store: Store) -> list[str]:
+    reads: list[str] = []
+    store.conn.raw.set_trace_callback(
+        lambda sql: reads.append(sql) if "FROM embeddings WHERE user_id" in sql
+        and "count(*)" not in sql else None)
+    return reads
+
+
+def _add(store: Store, text: str, speaker: str = "Ana") -> str:
+    return store.add(FactItem(user_id=U, text=text, speaker=speaker))
+
+
+def test_adds_are_read_alone_and_match_a_fresh_read(pair: tuple[Store, Store, str]) -> None:
+    store, _, model = pair
+    for n in range(3):
+        _add(store, f"note {n} about the garden")
+    _same_as_a_fresh_read(store, model)
+    reads = _full_reads(store)
+    new = _add(store, "bees make honey", "Ben")
+    _same_as_a_fresh_read(store, model)
+    assert reads == []  # only the rows added since were read
+    assert store.vectors(U, model)[0][-1] == new
+
+
+def test_deletes_replacements_and_a_reused_rowid_read_everything_again(
+        pair: tuple[Store, Store, str]) -> None:
+    store, _, model = pair
+    ids = [_add(store, f"note {n} about the garden") for n in range(4)]
+    _same_as_a_fresh_read(store, model)
+    store.delete(U, ids[1])  # a row in the middle
+    _same_as_a_fresh_read(store, model)
+    store.update(U, ids[0], text="a rewritten note about kayaks")  # its vector replaced
+    _same_as_a_fresh_read(store, model)
+    last = store.vectors(U, model)[0][-1]
+    store.delete(U, last)  # the file's last row: SQLite may give its rowid to the next one
+    _add(store, "a note that may take the freed rowid")
+    _same_as_a_fresh_read(store, model)
+
+
+def test_a_rolled_back_add_and_another_process_add(pair: tuple[Store, Store, str]) -> None:
+    store, other, model = pair
+    _add(store, "first note")
+    _same_as_a_fresh_read(store, model)
+    with pytest.raises(Boom), store.transaction():
+        ghost = _add(store, "a note rolled back")
+        assert ghost in store.vectors(U, model)[0]  # visible inside its transaction
+        raise Boom
+    assert ghost not in store.vectors(U, model)[0]
+    _same_as_a_fresh_read(store, model)
+    elsewhere = _add(other, "a note from another process")
+    assert elsewhere in store.vectors(U, model)[0]
+    _same_as_a_fresh_read(store, model)
+
+
+def test_a_search_right_after_an_add_finds_it_by_its_vector(
+        pair: tuple[Store, Store, str]) -> None:
+    store, _, model = pair
+    for n in range(5):
+        _add(store, f"note {n} about the garden")
+    store.dense_refs(U, model, store.embedder.encode(["garden"])[0], 3)  # read and kept
+    new = _add(store, "volcano glacier expedition")
+    found = store.dense_refs(U, model, store.embedder.encode(["volcano glacier"])[0], 1)
+    assert store.ids(U, [found[0][0]]) == {found[0][0]: new}
