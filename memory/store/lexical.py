@@ -166,9 +166,9 @@ class LexicalSearch(NodeLookups):
 
         Read in full, then kept while this process only adds items: their tags join it
         (``_index_item``). A delete or rewrite of an item, another process's commit or a
-        rolled-back write makes the next call read it again. (A full read after every
-        write cost ~15 ms at 100k items.)
+        rolled-back write makes the next call read it again.
         """
+        # Why kept: a full read after every write cost ~15 ms at 100k items.
         with self._lock:
             foreign = self.data_version()[1]
             kept = self._tag_sets.get(user_id)
