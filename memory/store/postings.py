@@ -268,7 +268,9 @@ class Postings:
         too many rows changed.
 
         Counts are summed as :func:`read_postings` sums them (columns in name order, one
-        instance at a time), so a followed list equals a fresh read to the last bit.
+        instance at a time), so a followed list equals a fresh read to the last bit. The
+        rows' terms are split and folded as FTS5's ``unicode61`` does (``fts_term``); a
+        row whose token counts per column are not FTS5's own makes it return False too.
         """
         seen = self._followed.get(instances)
         if seen is not None and seen[0] == version:
@@ -291,6 +293,16 @@ class Postings:
             rows.update((r[0], _terms(r[1:])) for r in conn.execute(
                             f"SELECT rowid, {', '.join(names)} FROM {fts} WHERE rowid IN"
                             f" ({','.join('?' * len(chunk))})", chunk))
+        # FTS5's tokenizer, not ours, is the truth: each row's token count per column
+        # (its %_docsize record, after the unused ``tenant`` column) must be ours.
+        for i in range(0, len(rows), 500):
+            chunk = sorted(rows)[i : i + 500]
+            sizes = dict(conn.execute(f"SELECT id, sz FROM {fts}_docsize WHERE id IN"
+                                      f" ({','.join('?' * len(chunk))})", chunk))
+            if any(_varints(sizes.get(r, b""))[1:] != [sum(c.values()) for c in rows[r]]
+                   for r in chunk):
+                self._drop(instances)
+                return False
         # Where each term stands in those rows: {term: [(rowid, count in each column)]}.
         found: dict[str, list[tuple[int, list[int]]]] = {}
         for rowid, counters in sorted(rows.items()):
@@ -325,17 +337,9 @@ class Postings:
                                        np.array([a[0] for a in added], np.int64)])
             new_counts = np.concatenate([old_counts[keep],
                                          np.array([a[1] for a in added], np.float64)])
-            # A check against FTS5's own count of the rows holding the term (its tokenizer,
-            # not ours, is the truth): a list that disagrees, or one that searches only
-            # some columns and so cannot be checked, is read again when next asked for.
-            docs = conn.execute(f"SELECT doc FROM {table}_vocab WHERE term = ?",
-                                (term,)).fetchone()
-            self._size -= max(len(old_rows), 1)
-            del self._lists[key]
-            if set(weights) == set(names) and len(new_rows) == (docs[0] if docs else 0):
-                order = np.argsort(new_rows, kind="stable")
-                self._lists[key] = (new_rows[order], new_counts[order])
-                self._size += max(len(new_rows), 1)
+            order = np.argsort(new_rows, kind="stable")
+            self._size += max(len(new_rows), 1) - max(len(old_rows), 1)
+            self._lists[key] = (new_rows[order], new_counts[order])
         return True
 
     def _drop(self, instances: str) -> None:

@@ -5,6 +5,7 @@ other connections."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -350,3 +351,21 @@ def test_followed_lists_equal_fresh_reads_after_every_kind_of_write() -> None:
     store.add(FactItem(user_id="u", text="river boat"))
     check()
     assert reads == []  # every list followed the append, none read again
+
+
+def test_a_row_split_unlike_fts5_makes_the_lists_read_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store.open(":memory:", embedder=None)
+    store.add(FactItem(user_id="u", text="zebra river"))
+    tokens = textmod.tokens("zebra")
+    store.lexical_refs("u", tokens, node="item", k=5)
+    assert store._postings._lists
+    from memstrata.memory.store import postings as module
+    split = module._terms
+    monkeypatch.setattr(module, "_terms", lambda texts: [
+        Counter(dict(list(c.items())[1:])) for c in split(texts)])  # its first term lost
+    store.add(FactItem(user_id="u", text="zebra boat"))
+    store.lexical_refs("u", tokens, node="item", k=5)
+    (instances, term, pairs), (rows, _) = next(iter(store._postings._lists.items()))
+    assert rows.tolist() == read_postings(store.conn, instances, term, dict(pairs))[0].tolist()
+    assert len(rows) == 2
