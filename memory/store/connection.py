@@ -73,9 +73,6 @@ class StoreConnection(EmbedderSetting):
                          "item": RowLengths("items_fts", 2, "items")}
         self._lengths_at: dict[str, tuple[int, int]] = {}
         self._touched: dict[str, set[int]] = {"turn": set(), "item": set()}
-        # The same rowids once synced into the row lengths, until the posting lists
-        # follow them (LexicalSearch._lists, Postings.follow).
-        self._posting_log: dict[str, set[int]] = {"turn": set(), "item": set()}
         self._postings = Postings()
         # Each tenant's tag vocabulary and the other processes' data version it was read
         # at; kept across this process's writes (LexicalSearch.tag_vocabulary).

@@ -233,12 +233,6 @@ class LexicalSearch(NodeLookups):
         terms = [textmod.tenant_term(tenant, textmod.fts_term(t)) for t in dict.fromkeys(tokens)]
         if fresh:
             return [read_postings(self.conn, instances, term, weights) for term in terms]
-        # The rows this process rewrote or deleted since the lists last followed it:
-        # those synced into the row lengths already, and those not yet.
-        changed = self._posting_log[node] | self._touched[node]
-        columns = ("body", "context") if node == "turn" else ("body",)
-        self._postings.follow(self.conn, version, instances, _TABLE[node], columns, changed)
-        self._posting_log[node].clear()
         return [self._postings.get(self.conn, version, instances, term, weights)
                 for term in terms]
 
@@ -262,7 +256,6 @@ class LexicalSearch(NodeLookups):
         if seen != version:
             cache.sync(self.conn, self._touched[node], foreign=seen is not None
                        and seen[1] != version[1])
-            self._posting_log[node] |= self._touched[node]
             self._touched[node].clear()
             self._lengths_at[node] = version
         return cache

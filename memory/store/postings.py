@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .. import text as textmod
 from ..locking import StoreError
 
 K1 = 1.2  # FTS5's bm25 constants
@@ -234,8 +233,6 @@ class RowLengths:
 
 POSTINGS_BUDGET = 2_000_000
 """Most postings :class:`Postings` keeps decoded (16 bytes each: ~32 MB)."""
-FOLLOW_MAX_ROWS = 2_000
-"""Most changed rows :meth:`Postings.follow` applies; past it the lists are read anew."""
 
 
 class Postings:
@@ -244,8 +241,7 @@ class Postings:
 
     Why: decoding a term's list from the ``fts5vocab`` instance table is most of what a
     rare-term search costs, and the same terms come back query after query. Lists are
-    kept until another process commits; this process's own writes are applied to them
-    (:meth:`follow`, which :meth:`get` needs at the same data version). Least recently
+    kept until this process writes or another one commits (``version``), least recently
     used first out past :data:`POSTINGS_BUDGET` postings.
     """
 
@@ -254,107 +250,16 @@ class Postings:
         self._lists: OrderedDict[tuple[str, str, tuple[tuple[str, float], ...]],
                                  tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._size = 0
-        # Per instance table: the data version its lists were last followed to, and the
-        # highest row they had seen (``follow``).
-        self._followed: dict[str, tuple[tuple[int, int], int]] = {}
-
-    def follow(self, conn: sqlite3.Connection, version: tuple[int, int], instances: str,
-               table: str, columns: Sequence[str], changed: set[int]) -> bool:
-        """Bring the kept lists of ``instances`` (the vocabulary of ``table``'s index,
-        ``{table}_fts``, whose ``columns`` lists can search) up to ``version`` after this
-        process's own writes: from the current text of the rows it rewrote or deleted
-        (``changed``) and of the rows added past the highest rowid the lists had seen.
-        Returns False, keeping nothing of that index, when another process committed or
-        too many rows changed.
-
-        Counts are summed as :func:`read_postings` sums them (columns in name order, one
-        instance at a time), so a followed list equals a fresh read to the last bit. The
-        rows' terms are split and folded as FTS5's ``unicode61`` does (``fts_term``); a
-        row whose token counts per column are not FTS5's own makes it return False too.
-        """
-        seen = self._followed.get(instances)
-        if seen is not None and seen[0] == version:
-            return True
-        last = conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]
-        self._followed[instances] = (version, last)
-        fts = f"{table}_fts"
-        if seen is None or seen[0][1] != version[1] or len(changed) > FOLLOW_MAX_ROWS:
-            self._drop(instances)
-            return False
-        names = sorted(columns)  # read_postings' GROUP BY col order
-        rows = {r[0]: _terms(r[1:]) for r in conn.execute(
-            f"SELECT rowid, {', '.join(names)} FROM {fts} WHERE rowid > ?", (seen[1],))}
-        if len(rows) > FOLLOW_MAX_ROWS:
-            self._drop(instances)
-            return False
-        ids = sorted(changed)
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            rows.update((r[0], _terms(r[1:])) for r in conn.execute(
-                            f"SELECT rowid, {', '.join(names)} FROM {fts} WHERE rowid IN"
-                            f" ({','.join('?' * len(chunk))})", chunk))
-        # FTS5's tokenizer, not ours, is the truth: each row's token count per column
-        # (its %_docsize record, after the unused ``tenant`` column) must be ours.
-        for i in range(0, len(rows), 500):
-            chunk = sorted(rows)[i : i + 500]
-            sizes = dict(conn.execute(f"SELECT id, sz FROM {fts}_docsize WHERE id IN"
-                                      f" ({','.join('?' * len(chunk))})", chunk))
-            if any(_varints(sizes.get(r, b""))[1:] != [sum(c.values()) for c in rows[r]]
-                   for r in chunk):
-                self._drop(instances)
-                return False
-        # Where each term stands in those rows: {term: [(rowid, count in each column)]}.
-        found: dict[str, list[tuple[int, list[int]]]] = {}
-        for rowid, counters in sorted(rows.items()):
-            for term in set().union(*counters):
-                found.setdefault(term, []).append((rowid, [c.get(term, 0) for c in counters]))
-        # Only a rewritten or deleted row can be in a kept list: a list holds no row past
-        # the highest rowid of the version it was read at.
-        gone = np.array(sorted(changed), np.int64)
-        for key in [k for k in self._lists if k[0] == instances]:
-            _, term, pairs = key
-            weights = dict(pairs)
-            old_rows, old_counts = self._lists[key]
-            added = []
-            for rowid, counts in found.get(term, ()):
-                total, hit = 0.0, False
-                for name, count in zip(names, counts, strict=True):
-                    weight = weights.get(name)
-                    for _ in range(count if weight is not None else 0):
-                        total += weight
-                        hit = True
-                if hit:
-                    added.append((rowid, total))
-            hits = np.zeros(0, bool)
-            if len(gone) and len(old_rows):
-                at = np.minimum(np.searchsorted(old_rows, gone), len(old_rows) - 1)
-                hits = old_rows[at] == gone
-            if not added and not hits.any():
-                continue
-            keep = ~np.isin(old_rows, gone[hits]) if hits.any() else np.ones(len(old_rows),
-                                                                              bool)
-            new_rows = np.concatenate([old_rows[keep],
-                                       np.array([a[0] for a in added], np.int64)])
-            new_counts = np.concatenate([old_counts[keep],
-                                         np.array([a[1] for a in added], np.float64)])
-            order = np.argsort(new_rows, kind="stable")
-            self._size += max(len(new_rows), 1) - max(len(old_rows), 1)
-            self._lists[key] = (new_rows[order], new_counts[order])
-        return True
-
-    def _drop(self, instances: str) -> None:
-        for key in [k for k in self._lists if k[0] == instances]:
-            rows, _ = self._lists.pop(key)
-            self._size -= max(len(rows), 1)
+        self._version: object = None
 
     def get(self, conn: sqlite3.Connection, version: object, instances: str, term: str,
             weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, counts)`` of ``term`` in the columns ``weights`` names (counts
         weighted by them), from ``instances``, the index's instance vocabulary."""
-        followed = self._followed.get(instances)
-        if followed is None or followed[0] != version:
-            # Not followed to this version: a fresh read, kept nowhere.
-            return read_postings(conn, instances, term, weights)
+        if version != self._version:
+            self._lists.clear()
+            self._size = 0
+            self._version = version
         key = (instances, term, tuple(weights.items()))
         hit = self._lists.get(key)
         if hit is not None:
@@ -367,12 +272,6 @@ class Postings:
             _, (rows, _counts) = self._lists.popitem(last=False)
             self._size -= max(len(rows), 1)
         return found
-
-
-def _terms(texts: Sequence[str | None]) -> list[Counter[str]]:
-    """Each column's index terms and their counts, as FTS5's tokenizer stores them."""
-    return [Counter(textmod.fts_term(t) for t in text.split()) if text else Counter()
-            for text in texts]
 
 
 def read_postings(conn: sqlite3.Connection, instances: str, term: str,
