@@ -662,8 +662,6 @@ class SandboxInterpreter(dspy.PythonInterpreter):
     def _bounded(self, code: str, variables: dict[str, Any] | None) -> Any:
         """``PythonInterpreter.execute`` under the watchdog; a lost process becomes a
         ``SandboxLimitError``."""
-        if self.deno_process is None and not self._session_ended:
-            self.start()
         self._overflow = False
         self._watchdog = None if self.deno_process is None else _Watchdog(
             self.deno_process, self.limits.time_s, self.limits.wall_s)

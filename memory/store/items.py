@@ -75,15 +75,15 @@ class ItemStore(VectorStore, ItemWrites):
         body = textmod.index_text(" ".join([item.title, item.text, *item.tags]),
                                   tenant_token(item.user_id))
         self.conn.execute("INSERT INTO items_fts (rowid, body) VALUES (?,?)", (rowid, body))
+        tags = {t.casefold() for t in item.tags}
         self.conn.executemany(
             "INSERT OR IGNORE INTO item_tags (user_id, tag, item_rowid) VALUES (?,?,?)",
-            [(item.user_id, t.casefold(), rowid) for t in item.tags],
+            [(item.user_id, tag, rowid) for tag in tags],
         )
         kept = self._tag_sets.get(item.user_id)  # see LexicalSearch.tag_vocabulary
-        if kept is not None and not {t.casefold() for t in item.tags}.issubset(kept[1]):
+        if kept is not None and not tags.issubset(kept[1]):
             # A new list: a search may be reading the one it holds.
-            self._tag_sets[item.user_id] = (kept[0], sorted(
-                {*kept[1], *(t.casefold() for t in item.tags)}))
+            self._tag_sets[item.user_id] = (kept[0], sorted(tags.union(kept[1])))
 
     def _unindex_item(self, rowid: int) -> None:
         self.conn.execute("DELETE FROM items_fts WHERE rowid = ?", (rowid,))
