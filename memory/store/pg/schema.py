@@ -450,6 +450,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             FROM items i, jsonb_array_elements_text(i.tags) AS t(tag);
         """ + rls(("item_tags",)),
     ),
+    (
+        9,
+        "subject index",
+        # The people items are about, one index seek each (PgTenants.speakers), where
+        # reading them walked every item of the tenant. Partial: most items name nobody.
+        "CREATE INDEX items_tenant_about ON items (user_id, about) WHERE about IS NOT NULL",
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

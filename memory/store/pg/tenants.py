@@ -24,6 +24,19 @@ from ..rows import node_type
 from ..versions import Version, _version
 from .connection import PgConnection
 
+_DISTINCT = (
+    "WITH RECURSIVE v(x) AS ("
+    "SELECT (SELECT min({column}) FROM {table} WHERE user_id = %(user_id)s"
+    " AND {column} IS NOT NULL)"
+    " UNION ALL SELECT (SELECT min({column}) FROM {table} WHERE user_id = %(user_id)s"
+    " AND {column} > v.x) FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL")
+"""The distinct non-NULL values of a column among one tenant's rows, ascending."""
+
+_SPEAKERS = " UNION ".join(
+    f"SELECT x FROM ({_DISTINCT.format(table=table, column=column)}) {table}_{column}"
+    for table, column in (("turns", "speaker"), ("items", "speaker"), ("items", "about")))
+"""Every name a tenant's turns speak or its items are by or about, in one statement."""
+
 
 class PgTenants(PgConnection):
     """A tenant's rows, versions, history and forgetting (see the module)."""
@@ -106,11 +119,10 @@ class PgTenants(PgConnection):
 
     def speakers(self, user_id: str) -> list[str]:
         """Every speaker and subject person the tenant's memory knows by name."""
-        rows = self._rows(
-            user_id, "SELECT speaker FROM turns WHERE user_id = %s"
-            " UNION SELECT speaker FROM items WHERE user_id = %s AND speaker IS NOT NULL"
-            " UNION SELECT about FROM items WHERE user_id = %s AND about IS NOT NULL",
-            (user_id, user_id, user_id))
+        # A skip scan, one index seek per distinct name (as on SQLite, NodeLookups.speakers):
+        # a UNION read every row of the tenant, and the cache that holds its result is
+        # dropped by every write (34 ms at 100k items).
+        rows = self._rows(user_id, _SPEAKERS, {"user_id": user_id})
         return sorted({r[0] for r in rows if r[0]})
 
     def conversations_with(self, user_id: str, people: Sequence[str]) -> list[str]:

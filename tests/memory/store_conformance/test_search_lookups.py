@@ -180,6 +180,24 @@ def test_speakers_follow_writes(two: tuple[Any, Any]) -> None:
     assert mine.speakers("u1") == ["Ana", "Ben", "Cleo"]
 
 
+def test_speakers_are_the_tenants_distinct_names_only(backend: Any) -> None:
+    # Names of another tenant sort between and around this tenant's: the index walk from
+    # one name to the next must not step onto them.
+    _turns(backend, n=5)
+    _turns(backend, user="u2", conv="c2")
+    for user, name in (("u2", "Aaron"), ("u2", "Bea"), ("u2", "Zed")):
+        backend.add(FactItem(user_id=user, text=f"by {name}", speaker=name))
+    kept = backend.add(FactItem(user_id="u1", text="Cleo's fact", speaker="Cleo"))
+    about = backend.add(FactItem(user_id="u1", text="about Dev", about="Dev"))
+    backend.add(FactItem(user_id="u1", text="nobody's"))
+    assert backend.speakers("u1") == ["Ana", "Ben", "Cleo", "Dev"]
+    assert backend.speakers("u2") == ["Aaron", "Ana", "Bea", "Ben", "Zed"]
+    assert backend.speakers("nobody") == []
+    backend.delete("u1", kept)
+    backend.delete("u1", about)
+    assert backend.speakers("u1") == ["Ana", "Ben"]
+
+
 def test_vectors_cache_follows_writes_of_this_and_other_processes(two: tuple[Any, Any]
                                                                   ) -> None:
     mine, other = two
