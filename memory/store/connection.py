@@ -37,7 +37,7 @@ from ..locking import BUSY_TIMEOUT_MS, LockedConnection, file_faults, retry_busy
 from ..runs import Runs
 from ..schema import LATEST_VERSION, migrate
 from .blobs import Blobs
-from .postings import Postings, RowLengths, Scored
+from .postings import INDEXES, Postings, RowLengths, Scored
 from .rows import Facets, Ref
 from .shared import MISS, EmbedderSetting, VersionedCache
 
@@ -244,9 +244,18 @@ class StoreConnection(EmbedderSetting):
             del self._kept_vectors[key]
         self._tx_vectors = None
 
-    def touched(self, node: str, rowids: Iterable[int]) -> None:
-        """Note FTS rows this connection deleted or rewrote (row lengths re-sync)."""
-        self._touched[node].update(rowids)
+    def changing(self, node: str, rowids: Iterable[int]) -> None:
+        """Note FTS rows this connection is about to rewrite or delete; call it before
+        the statement. The row lengths re-sync them, and the kept posting lists follow
+        them from the text they hold now (``Postings.before_change``)."""
+        rows = set(rowids)
+        self._postings.before_change(self.conn, INDEXES[node], rows)
+        self._touched[node].update(rows)
+
+    def inserting(self, node: str, rowids: Iterable[int]) -> None:
+        """Note FTS rows this connection is about to insert (the kept posting lists
+        follow them; ``Postings.inserting``)."""
+        self._postings.inserting(INDEXES[node], set(rowids))
 
     def _q(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self.conn.execute(sql, args)

@@ -73,8 +73,8 @@ class ConversationStore(VectorStore):
             for chunk in (rows[i : i + 500] for i in range(0, len(rows), 500)):
                 marks = ",".join("?" * len(chunk))
                 rowids, ids = [r[0] for r in chunk], [r[1] for r in chunk]
+                self.changing("turn", rowids)
                 self.conn.execute(f"DELETE FROM turns_fts WHERE rowid IN ({marks})", rowids)
-                self._touched["turn"].update(rowids)
                 self.conn.execute(f"DELETE FROM embeddings WHERE node_id IN ({marks})", ids)
                 self.conn.execute(
                     f"DELETE FROM edges WHERE user_id = ? AND (src IN ({marks}) OR dst IN"
@@ -202,8 +202,8 @@ class ConversationStore(VectorStore):
                              updated or recorded, _ts(now) or "")
             self.conn.execute("UPDATE turns SET text = ?, updated_at = ? WHERE rowid = ?",
                               (text, _ts(now), rowid))
+            self.changing("turn", [rowid])
             self.conn.execute("DELETE FROM turns_fts WHERE rowid = ?", (rowid,))
-            self._touched["turn"].add(rowid)
             self._index_turns([new], {turn_id})
             self._reembed([new, *self._next_turn(new)])
         return new
@@ -219,8 +219,8 @@ class ConversationStore(VectorStore):
                 return False
             rowid = self.conn.execute("SELECT rowid FROM turns WHERE id = ?",
                                       (turn_id,)).fetchone()[0]
+            self.changing("turn", [rowid])
             self.conn.execute("DELETE FROM turns_fts WHERE rowid = ?", (rowid,))
-            self._touched["turn"].add(rowid)
             self.conn.execute("DELETE FROM embeddings WHERE node_id = ?", (turn_id,))
             self.conn.execute("DELETE FROM edges WHERE user_id = ? AND (src = ? OR dst = ?)",
                               (user_id, turn_id, turn_id))
@@ -278,11 +278,12 @@ class ConversationStore(VectorStore):
                     inserts.append((rowid, textmod.index_text(texts[n], prefix), context))
                 else:
                     updates.append((context, rowid))
+        self.inserting("turn", [row[0] for row in inserts])
         self.conn.executemany(
             "INSERT INTO turns_fts (rowid, body, context) VALUES (?,?,?)", inserts
         )
+        self.changing("turn", [rowid for _, rowid in updates])
         self.conn.executemany("UPDATE turns_fts SET context = ? WHERE rowid = ?", updates)
-        self._touched["turn"].update(rowid for _, rowid in updates)
 
     def contextual_texts(self, turns: Sequence[Turn]) -> list[str]:
         """What to embed for each turn: the turn before it in its session, then the turn.

@@ -50,10 +50,10 @@ def forget_tenant(store: Store, user_id: str) -> dict[str, int]:
             for table, fts in _FTS.items():
                 rowids = [r[0] for r in store.conn.execute(
                     f"SELECT rowid FROM {table} WHERE user_id = ?", (user_id,))]
+                store.changing(table[:-1], rowids)
                 for chunk in (rowids[i : i + 500] for i in range(0, len(rowids), 500)):
                     store.conn.execute(
                         f"DELETE FROM {fts} WHERE rowid IN ({','.join('?' * len(chunk))})", chunk)
-                store.touched(table[:-1], rowids)
             steps = store.conn.execute(
                 "DELETE FROM run_steps WHERE run_id IN (SELECT id FROM runs WHERE user_id = ?)",
                 (user_id,)).rowcount

@@ -74,6 +74,7 @@ class ItemStore(VectorStore, ItemWrites):
     def _index_item(self, rowid: int, item: Item) -> None:
         body = textmod.index_text(" ".join([item.title, item.text, *item.tags]),
                                   tenant_token(item.user_id))
+        self.inserting("item", [rowid])
         self.conn.execute("INSERT INTO items_fts (rowid, body) VALUES (?,?)", (rowid, body))
         tags = {t.casefold() for t in item.tags}
         self.conn.executemany(
@@ -86,10 +87,10 @@ class ItemStore(VectorStore, ItemWrites):
             self._tag_sets[item.user_id] = (kept[0], sorted(tags.union(kept[1])))
 
     def _unindex_item(self, rowid: int) -> None:
+        self.changing("item", [rowid])
         self.conn.execute("DELETE FROM items_fts WHERE rowid = ?", (rowid,))
         self.conn.execute("DELETE FROM item_tags WHERE item_rowid = ?", (rowid,))
         self._tag_sets.clear()  # a tag may have gone: the next search reads them again
-        self._touched["item"].add(rowid)
 
     def get(self, user_id: str, item_id: str) -> Item | None:
         """One item of the tenant, or None."""

@@ -26,7 +26,15 @@ from .. import text as textmod
 from ..models import with_caption
 from .filters import Filters
 from .nodes import NodeLookups
-from .postings import RowLengths, Scored, averages, bm25_scores, read_postings, with_terms
+from .postings import (
+    INDEXES,
+    RowLengths,
+    Scored,
+    averages,
+    bm25_scores,
+    read_postings,
+    with_terms,
+)
 from .rows import _TABLE, Ref, tenant_token
 
 
@@ -229,12 +237,11 @@ class LexicalSearch(NodeLookups):
         tenant = tenant_token(user_id)
         version = self.data_version()
         weights = self._weights(node, context_weight)
-        instances = f"{_TABLE[node]}_instances"
+        index = INDEXES[node]
         terms = [textmod.tenant_term(tenant, textmod.fts_term(t)) for t in dict.fromkeys(tokens)]
         if fresh:
-            return [read_postings(self.conn, instances, term, weights) for term in terms]
-        return [self._postings.get(self.conn, version, instances, term, weights)
-                for term in terms]
+            return [read_postings(self.conn, index.instances, term, weights) for term in terms]
+        return [self._postings.get(self.conn, version, index, term, weights) for term in terms]
 
     @staticmethod
     def _weights(node: str, context_weight: float) -> dict[str, float]:

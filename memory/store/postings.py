@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .. import text as textmod
 from ..locking import StoreError
 
 K1 = 1.2  # FTS5's bm25 constants
@@ -233,6 +234,27 @@ class RowLengths:
 
 POSTINGS_BUDGET = 2_000_000
 """Most postings :class:`Postings` keeps decoded (16 bytes each: ~32 MB)."""
+FOLLOW_MAX_ROWS = 2_000
+"""Most rows of an index this process may add, rewrite or delete between two searches for
+the kept lists to follow them; past it they are read anew."""
+
+
+@dataclass(frozen=True)
+class FtsIndex:
+    """An FTS5 index as :class:`Postings` reads it: the table, its ``fts5vocab``
+    instance table, and the columns a search can weigh (in name order, the order
+    :func:`read_postings` sums them in; in the table they follow the unused ``tenant``)."""
+
+    fts: str
+    instances: str
+    columns: tuple[str, ...]
+
+
+INDEXES = {"turn": FtsIndex("turns_fts", "turns_instances", ("body", "context")),
+           "item": FtsIndex("items_fts", "items_instances", ("body",))}
+"""The two indexes of a store, by node type."""
+
+_Key = tuple[str, str, tuple[tuple[str, float], ...]]
 
 
 class Postings:
@@ -240,38 +262,204 @@ class Postings:
     the rows holding it (ascending) and its weighted count in each.
 
     Why: decoding a term's list from the ``fts5vocab`` instance table is most of what a
-    rare-term search costs, and the same terms come back query after query. Lists are
-    kept until this process writes or another one commits (``version``), least recently
-    used first out past :data:`POSTINGS_BUDGET` postings.
+    rare-term search costs, and the same terms come back query after query, including
+    right after the agent added a message. Lists are kept until another process commits;
+    this process's own writes are applied to them (:meth:`before_change` and
+    :meth:`inserting` note them, the next :meth:`get` follows): a changed row is read once
+    and only touches the lists of the terms it held or holds. Least recently used lists
+    go first past :data:`POSTINGS_BUDGET` postings.
     """
 
     def __init__(self, budget: int = POSTINGS_BUDGET) -> None:
         self.budget = budget
-        self._lists: OrderedDict[tuple[str, str, tuple[tuple[str, float], ...]],
-                                 tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lists: OrderedDict[_Key, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._size = 0
-        self._version: object = None
+        # The kept lists of each (instance table, term), and how many each index keeps.
+        self._by_term: dict[tuple[str, str], set[_Key]] = {}
+        self._count: dict[str, int] = {}
+        # Per index: the data version its lists hold and the index's row count then.
+        self._at: dict[str, tuple[Any, int]] = {}
+        # Per index: rows this process changed since, with their columns' text before the
+        # first change (None: no such row); or the index in ``_overflow`` past the bound.
+        self._before: dict[str, dict[int, tuple[str, ...] | None]] = {}
+        self._overflow: set[str] = set()
 
-    def get(self, conn: sqlite3.Connection, version: object, instances: str, term: str,
+    def before_change(self, conn: sqlite3.Connection, index: FtsIndex,
+                      rowids: Sequence[int] | set[int]) -> None:
+        """Note rows of ``index`` this process is about to rewrite or delete (call it
+        before the statement): their text now is what the kept lists hold of them."""
+        new = self._noting(index, rowids)
+        if new:
+            texts = _texts(conn, index, new)
+            stash = self._before[index.instances]
+            for rowid in new:
+                stash[rowid] = texts.get(rowid)
+
+    def inserting(self, index: FtsIndex, rowids: Sequence[int] | set[int]) -> None:
+        """Note rows this process is about to insert into ``index`` (none of them there
+        now; a rowid of a deleted row may come back)."""
+        for rowid in self._noting(index, rowids):
+            self._before[index.instances][rowid] = None
+
+    def _noting(self, index: FtsIndex, rowids: Sequence[int] | set[int]) -> list[int]:
+        """Which of ``rowids`` are not noted yet since the lists were last followed
+        (none when no list of ``index`` is kept, or past :data:`FOLLOW_MAX_ROWS`)."""
+        name = index.instances
+        if name in self._overflow or not self._count.get(name):
+            return []
+        stash = self._before.setdefault(name, {})
+        new = sorted(set(rowids).difference(stash))
+        if len(stash) + len(new) > FOLLOW_MAX_ROWS:
+            self._overflow.add(name)
+            stash.clear()
+            return []
+        return new
+
+    def get(self, conn: sqlite3.Connection, version: Any, index: FtsIndex, term: str,
             weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, counts)`` of ``term`` in the columns ``weights`` names (counts
-        weighted by them), from ``instances``, the index's instance vocabulary."""
-        if version != self._version:
-            self._lists.clear()
-            self._size = 0
-            self._version = version
-        key = (instances, term, tuple(weights.items()))
+        weighted by them). ``version`` is the store's ``data_version()``: (this
+        process's writes, other processes' commits)."""
+        at = self._at.get(index.instances)
+        if at is None or at[0] != version:
+            self._follow(conn, version, index, at)
+        key = (index.instances, term, tuple(weights.items()))
         hit = self._lists.get(key)
         if hit is not None:
             self._lists.move_to_end(key)
             return hit
-        found = read_postings(conn, instances, term, weights)
+        found = read_postings(conn, index.instances, term, weights)
         self._lists[key] = found
+        self._by_term.setdefault((index.instances, term), set()).add(key)
+        self._count[index.instances] = self._count.get(index.instances, 0) + 1
         self._size += max(len(found[0]), 1)
         while self._size > self.budget and len(self._lists) > 1:
-            _, (rows, _counts) = self._lists.popitem(last=False)
-            self._size -= max(len(rows), 1)
+            self._pop(next(iter(self._lists)))
         return found
+
+    def _follow(self, conn: sqlite3.Connection, version: Any, index: FtsIndex,
+                at: tuple[Any, int] | None) -> None:
+        """Bring the kept lists of ``index`` from ``at`` to ``version``, or drop them when
+        another process committed, too many rows changed, the index's row count is not
+        what the noted changes make it (a change not noted), or a changed row's token
+        counts are not FTS5's own (its tokenizer, not ours, is the truth).
+
+        Counts are summed as :func:`read_postings` sums them (columns in name order, one
+        instance at a time), so a followed list equals a fresh read to the last bit.
+        """
+        name = index.instances
+        before = self._before.pop(name, {})
+        overflow = name in self._overflow
+        self._overflow.discard(name)
+        rows = averages(conn, index.fts)[0]
+        self._at[name] = (version, rows)
+        if not self._count.get(name):
+            return
+        if at is None or overflow or at[0][1] != version[1]:
+            self._drop(name)
+            return
+        now = _texts(conn, index, sorted(before))
+        was = {r for r, text in before.items() if text is not None}
+        if (rows != at[1] - len(was - now.keys()) + len(now.keys() - was)
+                or not _sizes_agree(conn, index, now)):
+            self._drop(name)
+            return
+        # The new count of every changed row in each kept list of a term it held or holds.
+        changes: dict[_Key, dict[int, float]] = {}
+        for rowid in sorted(before):
+            old, new = _terms(before[rowid]), _terms(now.get(rowid))
+            for term in set().union(*old, *new):
+                for key in self._by_term.get((name, term), ()):
+                    changes.setdefault(key, {})[rowid] = _weighted(
+                        index.columns, new, term, dict(key[2]))
+        for key, rows in changes.items():
+            self._update(key, rows)
+
+    def _update(self, key: _Key, changes: dict[int, float]) -> None:
+        """Set each changed row's count in one kept list (0: the row leaves it)."""
+        rows, counts = self._lists[key]
+        ids = np.fromiter(changes, np.int64, len(changes))
+        values = np.fromiter(changes.values(), np.float64, len(changes))
+        order = np.argsort(ids)
+        ids, values = ids[order], values[order]
+        at = np.searchsorted(rows, ids)
+        present = at < len(rows)
+        present[present] = rows[at[present]] == ids[present]
+        counts = counts.copy()  # a new array: a search may hold the one it read
+        kept = present & (values > 0)
+        counts[at[kept]] = values[kept]
+        gone = at[present & (values == 0)]
+        if len(gone):
+            rows, counts = np.delete(rows, gone), np.delete(counts, gone)
+        new = ~present & (values > 0)
+        if new.any():
+            where = np.searchsorted(rows, ids[new])
+            rows, counts = np.insert(rows, where, ids[new]), np.insert(counts, where,
+                                                                       values[new])
+        self._size += max(len(rows), 1) - max(len(self._lists[key][0]), 1)
+        self._lists[key] = (rows, counts)
+
+    def _pop(self, key: _Key) -> None:
+        rows, _ = self._lists.pop(key)
+        self._size -= max(len(rows), 1)
+        terms = self._by_term[(key[0], key[1])]
+        terms.discard(key)
+        if not terms:
+            del self._by_term[(key[0], key[1])]
+        self._count[key[0]] -= 1
+
+    def _drop(self, instances: str) -> None:
+        for key in [k for k in self._lists if k[0] == instances]:
+            self._pop(key)
+
+
+def _texts(conn: sqlite3.Connection, index: FtsIndex, rowids: Sequence[int]
+           ) -> dict[int, tuple[str, ...]]:
+    """The searchable columns' text of those of ``rowids`` that ``index`` holds."""
+    columns = ", ".join(index.columns)
+    out: dict[int, tuple[str, ...]] = {}
+    for i in range(0, len(rowids), 500):
+        chunk = list(rowids[i : i + 500])
+        out.update((r[0], tuple(r[1:])) for r in conn.execute(
+            f"SELECT rowid, {columns} FROM {index.fts} WHERE rowid IN"
+            f" ({','.join('?' * len(chunk))})", chunk))
+    return out
+
+
+def _terms(texts: tuple[str | None, ...] | None) -> list[Counter[str]]:
+    """Each column's index terms and their counts, as FTS5's ``unicode61`` stores them
+    (the text is already normalised tokens joined by spaces: ``text.index_text``)."""
+    if texts is None:
+        return []
+    return [Counter(textmod.fts_term(t) for t in text.split()) if text else Counter()
+            for text in texts]
+
+
+def _weighted(columns: tuple[str, ...], counters: list[Counter[str]], term: str,
+              weights: Mapping[str, float]) -> float:
+    """A row's count of ``term``, weighted and summed as :func:`read_postings` does."""
+    total = 0.0
+    for name, counter in zip(columns, counters, strict=False):
+        weight = weights.get(name)
+        if weight is not None:
+            for _ in range(counter.get(term, 0)):
+                total += weight
+    return total
+
+
+def _sizes_agree(conn: sqlite3.Connection, index: FtsIndex,
+                 texts: Mapping[int, tuple[str, ...]]) -> bool:
+    """Whether each row's token count per column, split as :func:`_terms` splits it, is
+    FTS5's own (its ``%_docsize`` record, after the ``tenant`` column)."""
+    rows = sorted(texts)
+    for i in range(0, len(rows), 500):
+        chunk = rows[i : i + 500]
+        sizes = dict(conn.execute(f"SELECT id, sz FROM {index.fts}_docsize WHERE id IN"
+                                  f" ({','.join('?' * len(chunk))})", chunk))
+        if any(_varints(sizes.get(r, b""))[1:]
+               != [sum(c.values()) for c in _terms(texts[r])] for r in chunk):
+            return False
+    return True
 
 
 def read_postings(conn: sqlite3.Connection, instances: str, term: str,

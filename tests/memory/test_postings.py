@@ -5,16 +5,26 @@ other connections."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memstrata.memory import FactItem, Store, Turn
+from memstrata.memory import Conversation, FactItem, Session, Store, Turn
 from memstrata.memory import text as textmod
-from memstrata.memory.postings import Postings, RowLengths, _row_totals, _varints, averages
+from memstrata.memory.postings import (
+    Postings,
+    RowLengths,
+    _row_totals,
+    _varints,
+    averages,
+    read_postings,
+)
 from memstrata.memory.store import Filters, tenant_token
+from memstrata.memory.store import postings as postings_module
+from memstrata.memory.store.postings import INDEXES
 
 WORDS = ["zebra", "river", "boat", "garden", "paint", "guitar", "paris", "rome", "puppy",
          "museum", "concert", "hike", "recipe", "novel", "sunset"]
@@ -269,17 +279,158 @@ def test_common_terms_scored_from_kept_lists_are_stable(mine: list[str], query: 
         assert [s for _, s in first] == pytest.approx([s for _, s in again], abs=1e-9)
 
 
-def test_kept_lists_are_bounded_and_dropped_when_the_index_changes() -> None:
+def test_kept_lists_are_bounded_and_dropped_when_another_process_commits() -> None:
     store = Store.open(":memory:")
     store.add_many(FactItem(user_id="u", text=t) for t in
                    ["zebra river", "zebra boat", "zebra", "river"])
     tenant = tenant_token("u")
     kept = Postings(budget=3)
-    args = (store.conn, "v1", "items_instances")
+    args = (store.conn, (0, 0), INDEXES["item"])
     zebra, river = (textmod.tenant_term(tenant, w) for w in ("zebra", "river"))
-    rows, counts = kept.get(*args, zebra, {"body": 1.0})  # type: ignore[misc]
+    rows, counts = kept.get(*args, zebra, {"body": 1.0})
     assert len(rows) == 3 and counts.tolist() == [1.0, 1.0, 1.0]
     kept.get(*args, river, {"body": 1.0})  # 3 + 2 postings: zebra's list goes
     assert [key[1] for key in kept._lists] == [river]
-    kept.get(store.conn, "v2", "items_instances", zebra, {"body": 1.0})
-    assert [key[1] for key in kept._lists] == [zebra]  # a new index version: nothing kept
+    # Another process committed (the version's second part): nothing is kept.
+    kept.get(store.conn, (0, 1), INDEXES["item"], zebra, {"body": 1.0})
+    assert [key[1] for key in kept._lists] == [zebra]
+
+
+def _story(store: Store, user: str = "u") -> list[Turn]:
+    store.add_conversation(Conversation(id="c", user_id=user, speakers=["Ana", "Ben"]))
+    store.add_session(Session(id="s", user_id=user, conversation_id="c", index=0))
+    words = ["zebra river café", "zebra boat zebra", "river delta Café", "boat river zebra"]
+    return [Turn(user_id=user, conversation_id="c", session_id="s", turn_id=f"t{i}", seq=i,
+                 speaker="Ana" if i % 2 else "Ben", text=words[i % 4]) for i in range(8)]
+
+
+QUERIES = ["zebra", "river boat", "delta zebra", "cafe", "crossing ghost"]
+
+
+def _followed(store: Store, reads: list[str] | None = None) -> None:
+    """Search every query on both indexes, then check that each kept list equals a fresh
+    read to the last bit; ``reads`` collects the posting lists read from the index."""
+    if reads is not None:
+        store.conn.raw.set_trace_callback(
+            lambda sql: reads.append(sql) if "_instances WHERE term" in sql else None)
+    for query in QUERIES:
+        for node in ("turn", "item"):
+            store.lexical_refs("u", textmod.tokens(query), node=node, k=20, context_weight=0.5)
+    store.conn.raw.set_trace_callback(None)
+    kept = store._postings
+    assert kept._lists
+    # A search of a tenant with no row in an index follows nothing there; its lists are
+    # followed by the next search that reads them.
+    current = {i for i, (version, _) in kept._at.items() if version == store.data_version()}
+    assert current
+    for (instances, term, pairs), (rows, counts) in list(kept._lists.items()):
+        if instances not in current:
+            continue
+        want_rows, want_counts = read_postings(store.conn, instances, term, dict(pairs))
+        assert rows.tolist() == want_rows.tolist(), term
+        assert counts.tobytes() == want_counts.tobytes(), term
+
+
+def test_followed_lists_equal_fresh_reads_after_every_kind_of_write() -> None:
+    """Turns added (their neighbours' context rewritten), rewritten and deleted, items
+    added, updated and deleted, a deleted last row's rowid taken again, a rolled-back
+    write, a conversation and a whole tenant deleted: each kept list, followed, equals a
+    fresh read bit for bit, and appends read no list again."""
+    store = Store.open(":memory:", embedder=None)
+    turn = _story(store)
+    store.add_turns(turn[:6])
+    items = store.add_many(FactItem(user_id="u", text=w) for w in
+                           ["zebra river", "boat", "delta zebra zebra", "river café"])
+    _followed(store)
+    first = store.turns("u", conversation_id="c")[0]
+    added: list[str] = []
+
+    def rolled_back() -> None:
+        with pytest.raises(RuntimeError), store.transaction():
+            store.add(FactItem(user_id="u", text="zebra ghost"))
+            store.delete("u", items[2])
+            raise RuntimeError
+
+    steps = [
+        lambda: store.add_turns(turn[6:]),  # the last stored turn's context is rewritten
+        lambda: store.update_turn("u", first.id, "a crossing by the river"),  # loses zebra
+        lambda: store.delete_turn("u", store.turns("u", conversation_id="c")[2].id),
+        lambda: store.add(FactItem(user_id="u", text="zebra zebra zebra")),
+        lambda: store.update("u", items[1], text="river only"),
+        lambda: store.delete("u", items[0]),
+        lambda: added.append(store.add(FactItem(user_id="u", text="ghost zebra"))),
+        lambda: store.delete("u", added[-1]),  # the last row: its rowid may come back
+        lambda: store.add(FactItem(user_id="u", text="crossing delta")),
+        rolled_back,
+        lambda: store.add_turns(_story(store, "v")),  # another tenant's
+        lambda: store.delete_conversation("v", "c"),
+        lambda: store.add_turns(_story(store, "v")),
+        lambda: store.forget_user("v"),
+        lambda: store.delete_conversation("u", "c"),  # no turn of the tenant is left
+        lambda: store.add_turns(_story(store)[:3]),  # rowids of deleted turns again
+    ]
+    for n, step in enumerate(steps):
+        step()
+        reads: list[str] = []
+        _followed(store, reads)
+        assert reads == [], n  # followed: no list read again
+
+
+def test_a_write_touches_only_the_lists_of_the_terms_it_changes() -> None:
+    store = Store.open(":memory:", embedder=None)
+    store.add_many(FactItem(user_id=u, text="zebra river boat") for u in ("u", "w"))
+    _followed(store)
+    before = dict(store._postings._lists)
+    store.add(FactItem(user_id="w", text="zebra river"))  # another tenant's terms
+    store.add(FactItem(user_id="u", text="garden"))  # no query term
+    _followed(store)
+    assert all(store._postings._lists[key] is lists for key, lists in before.items())
+
+
+def test_a_row_split_unlike_fts5_makes_the_lists_read_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store.open(":memory:", embedder=None)
+    store.add(FactItem(user_id="u", text="zebra river"))
+    tokens = textmod.tokens("zebra")
+    store.lexical_refs("u", tokens, node="item", k=5)
+    assert store._postings._lists
+    split = postings_module._terms
+    monkeypatch.setattr(postings_module, "_terms", lambda texts: [
+        Counter(dict(list(c.items())[1:])) for c in split(texts)])  # its first term lost
+    store.add(FactItem(user_id="u", text="zebra boat"))
+    store.lexical_refs("u", tokens, node="item", k=5)
+    (instances, term, pairs), (rows, _) = next(iter(store._postings._lists.items()))
+    assert rows.tolist() == read_postings(store.conn, instances, term, dict(pairs))[0].tolist()
+    assert len(rows) == 2
+
+
+def test_more_changed_rows_than_the_bound_make_the_lists_read_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(postings_module, "FOLLOW_MAX_ROWS", 3)
+    store = Store.open(":memory:", embedder=None)
+    ids = store.add_many(FactItem(user_id="u", text=f"zebra {n}") for n in range(6))
+    _followed(store)
+    reads: list[str] = []
+    store.add_many(FactItem(user_id="u", text=f"zebra {n}") for n in (6, 7))  # within it
+    _followed(store, reads)
+    assert reads == []
+    for n, item in enumerate(ids[:4]):  # four rows rewritten: past it
+        store.update("u", item, text=f"river {n}")
+    _followed(store, reads)
+    assert reads
+    reads.clear()
+    store.add_many(FactItem(user_id="u", text=f"zebra {n}") for n in range(8, 12))  # past it
+    _followed(store, reads)
+    assert reads
+
+
+def test_a_change_not_noted_makes_the_lists_read_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A write path that forgot to note its rows: the index's row count is not what the
+    # noted changes make it, so nothing kept is trusted.
+    store = Store.open(":memory:", embedder=None)
+    store.add_many(FactItem(user_id="u", text=t) for t in ["zebra river", "river boat"])
+    _followed(store)
+    monkeypatch.setattr(store, "inserting", lambda node, rowids: None)
+    store.add(FactItem(user_id="u", text="zebra delta"))
+    _followed(store)
