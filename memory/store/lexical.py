@@ -241,7 +241,9 @@ class LexicalSearch(NodeLookups):
         terms = [textmod.tenant_term(tenant, textmod.fts_term(t)) for t in dict.fromkeys(tokens)]
         if fresh:
             return [read_postings(self.conn, index.instances, term, weights) for term in terms]
-        return [self._postings.get(self.conn, version, index, term, weights) for term in terms]
+        # _lengths_of synced them to this version (lexical_refs reads them first).
+        lengths = self._lengths_of(user_id, node)
+        return self._postings.get(self.conn, version, index, lengths, terms, weights)
 
     @staticmethod
     def _weights(node: str, context_weight: float) -> dict[str, float]:

@@ -315,14 +315,21 @@ class Postings:
             return []
         return new
 
-    def get(self, conn: sqlite3.Connection, version: Any, index: FtsIndex, term: str,
-            weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-        """``(rows, counts)`` of ``term`` in the columns ``weights`` names (counts
-        weighted by them). ``version`` is the store's ``data_version()``: (this
-        process's writes, other processes' commits)."""
+    def get(self, conn: sqlite3.Connection, version: Any, index: FtsIndex,
+            lengths: RowLengths, terms: Sequence[str], weights: Mapping[str, float]
+            ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(rows, counts)`` of each of ``terms`` in the columns ``weights`` names
+        (counts weighted by them). ``version`` is the store's ``data_version()``: (this
+        process's writes, other processes' commits); ``lengths``, the index's row
+        lengths synced to it (their row count and each row's tokens check the changes
+        followed)."""
         at = self._at.get(index.instances)
         if at is None or at[0] != version:
-            self._follow(conn, version, index, at)
+            self._follow(conn, version, index, lengths, at)
+        return [self._get(conn, index, term, weights) for term in terms]
+
+    def _get(self, conn: sqlite3.Connection, index: FtsIndex, term: str,
+             weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         key = (index.instances, term, tuple(weights.items()))
         hit = self._lists.get(key)
         if hit is not None:
@@ -338,7 +345,7 @@ class Postings:
         return found
 
     def _follow(self, conn: sqlite3.Connection, version: Any, index: FtsIndex,
-                at: tuple[Any, int] | None) -> None:
+                lengths: RowLengths, at: tuple[Any, int] | None) -> None:
         """Bring the kept lists of ``index`` from ``at`` to ``version``, or drop them when
         another process committed, too many rows changed, the index's row count is not
         what the noted changes make it (a change not noted), or a changed row's token
@@ -351,7 +358,7 @@ class Postings:
         before = self._before.pop(name, {})
         overflow = name in self._overflow
         self._overflow.discard(name)
-        rows = averages(conn, index.fts)[0]
+        rows = lengths.rows
         self._at[name] = (version, rows)
         if not self._count.get(name):
             return
@@ -361,7 +368,7 @@ class Postings:
         now = _texts(conn, index, sorted(before))
         was = {r for r, text in before.items() if text is not None}
         if (rows != at[1] - len(was - now.keys()) + len(now.keys() - was)
-                or not _sizes_agree(conn, index, now)):
+                or not _sizes_agree(lengths, now)):
             self._drop(name)
             return
         # The new count of every changed row in each kept list of a term it held or holds.
@@ -447,19 +454,11 @@ def _weighted(columns: tuple[str, ...], counters: list[Counter[str]], term: str,
     return total
 
 
-def _sizes_agree(conn: sqlite3.Connection, index: FtsIndex,
-                 texts: Mapping[int, tuple[str, ...]]) -> bool:
-    """Whether each row's token count per column, split as :func:`_terms` splits it, is
-    FTS5's own (its ``%_docsize`` record, after the ``tenant`` column)."""
-    rows = sorted(texts)
-    for i in range(0, len(rows), 500):
-        chunk = rows[i : i + 500]
-        sizes = dict(conn.execute(f"SELECT id, sz FROM {index.fts}_docsize WHERE id IN"
-                                  f" ({','.join('?' * len(chunk))})", chunk))
-        if any(_varints(sizes.get(r, b""))[1:]
-               != [sum(c.values()) for c in _terms(texts[r])] for r in chunk):
-            return False
-    return True
+def _sizes_agree(lengths: RowLengths, texts: Mapping[int, tuple[str, ...]]) -> bool:
+    """Whether each row's tokens, split as :func:`_terms` splits them, are as many as
+    FTS5 counted (``lengths``, synced: every column's, the unused ``tenant`` holds none)."""
+    return all(r < len(lengths.lengths) and int(lengths.lengths[r]) == sum(
+        sum(c.values()) for c in _terms(text)) for r, text in texts.items())
 
 
 def read_postings(conn: sqlite3.Connection, instances: str, term: str,

@@ -285,14 +285,15 @@ def test_kept_lists_are_bounded_and_dropped_when_another_process_commits() -> No
                    ["zebra river", "zebra boat", "zebra", "river"])
     tenant = tenant_token("u")
     kept = Postings(budget=3)
-    args = (store.conn, (0, 0), INDEXES["item"])
+    lengths = store._lengths_of("u", "item")
+    args = (store.conn, (0, 0), INDEXES["item"], lengths)
     zebra, river = (textmod.tenant_term(tenant, w) for w in ("zebra", "river"))
-    rows, counts = kept.get(*args, zebra, {"body": 1.0})
+    [(rows, counts)] = kept.get(*args, [zebra], {"body": 1.0})
     assert len(rows) == 3 and counts.tolist() == [1.0, 1.0, 1.0]
-    kept.get(*args, river, {"body": 1.0})  # 3 + 2 postings: zebra's list goes
+    kept.get(*args, [river], {"body": 1.0})  # 3 + 2 postings: zebra's list goes
     assert [key[1] for key in kept._lists] == [river]
     # Another process committed (the version's second part): nothing is kept.
-    kept.get(store.conn, (0, 1), INDEXES["item"], zebra, {"body": 1.0})
+    kept.get(store.conn, (0, 1), INDEXES["item"], lengths, [zebra], {"body": 1.0})
     assert [key[1] for key in kept._lists] == [zebra]
 
 
