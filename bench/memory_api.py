@@ -1,6 +1,6 @@
 """The ``Memory`` facade under load: ``add`` latency at scale and a search right after an
-add there, threads and processes on one file, and (with ``--lm``) LLM calls per ten turns
-with extraction on.
+add there (on a synthetic tenant and on one of real chat), threads and processes on one
+file, and (with ``--lm``) LLM calls per ten turns with extraction on.
 
 Run: ``python -m memstrata.bench.memory_api [--items 100000] [--lm local/qwen2.5-coder-1.5b]
 --out DIR``. Writes ``memory_api.json`` and prints it. Latencies are reported with a
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from memstrata.formats import ConversationRecord, Message, SessionRecord
+from memstrata.formats.locomo import parse_locomo
 from tqdm import tqdm
 
 from memstrata import Memory
@@ -67,14 +68,13 @@ def _summary(times: list[float]) -> dict[str, float]:
             "max_ms": round(float(arr.max()), 3)}
 
 
-def _search_after_add(memory: Memory, user: str, calls: int, rng: np.random.Generator
+def _search_after_add(memory: Memory, user: str, queries: list[str], messages: list[str]
                       ) -> dict[str, Any]:
     """One ``search`` timed right after an ``add`` (what an agent does with each message),
     and the same queries again with no write in between (the baseline, same run)."""
-    queries = [" ".join(rng.choice(WORDS, 3)) for _ in range(calls)]
     after = []
-    for n, query in enumerate(queries):
-        memory.add(_sentence(rng, n), user_id=user, conversation_id="live", infer=False)
+    for query, message in zip(queries, messages, strict=True):
+        memory.add(message, user_id=user, conversation_id="live", infer=False)
         started = time.perf_counter()
         memory.search(query, user_id=user)
         after.append((time.perf_counter() - started) * 1000)
@@ -88,6 +88,37 @@ def _search_after_add(memory: Memory, user: str, calls: int, rng: np.random.Gene
             "p95_ratio": round(first["p95_ms"] / second["p95_ms"], 2)}
 
 
+def chat_search(path: Path, data: Path, items: int, calls: int) -> dict[str, Any]:
+    """A search right after an add, as :func:`add_latency` times it, on a tenant of real
+    chat: ``items`` turns of a LoCoMo-format file's conversations (repeated to that size),
+    queried with its questions. The synthetic tenant's few words each stand in ~40% of
+    its turns, so its posting lists are far longer than chat's; this is the other end."""
+    conversations = parse_locomo(data)
+    texts = [t["text"] for c in conversations for _, _, turns in c.sessions for t in turns]
+    questions = [q.question for c in conversations for q in c.questions if q.question]
+    if not texts or not questions:
+        raise ValueError(f"{data}: no turns or no questions to measure with")
+    rng = np.random.default_rng(0)
+    memory = Memory.open(path)
+    started = time.perf_counter()
+    per_conv = 10_000
+    with tqdm(total=items, unit="turn", desc="seed chat") as bar:
+        for c in range(0, items, per_conv):
+            sessions = [SessionRecord(id=f"s{s}", messages=[
+                Message(speaker="user" if i % 2 else "assistant",
+                        content=texts[(c + s * 100 + i) % len(texts)]) for i in range(100)])
+                for s in range(min(per_conv, items - c) // 100)]
+            memory.import_conversations([ConversationRecord(id=f"c{c}", sessions=sessions)],
+                                        user_id="chat", progress=bar.update)
+    seed_s = time.perf_counter() - started
+    picked = rng.choice(len(questions), min(calls, len(questions)), replace=False)
+    search = _search_after_add(memory, "chat", [questions[i] for i in picked],
+                               [texts[int(i)] for i in rng.integers(len(texts), size=len(picked))])
+    memory.close()
+    return {"items": items, "calls": len(picked), "data": str(data),
+            "seed_seconds": round(seed_s, 1), **search}
+
+
 def add_latency(path: Path, items: int, calls: int) -> dict[str, Any]:
     """p50/p95 of one ``add`` (no inference) on an empty tenant and at ``items`` items, and
     of a ``search`` right after an ``add`` at ``items`` items."""
@@ -96,7 +127,9 @@ def add_latency(path: Path, items: int, calls: int) -> dict[str, Any]:
     empty = _latency(memory, "empty", calls, rng)
     seed_s = _seed(memory, "big", items, rng)
     big = _latency(memory, "big", calls, rng)
-    search = _search_after_add(memory, "big", calls, rng)
+    search = _search_after_add(memory, "big", [" ".join(rng.choice(WORDS, 3))
+                                               for _ in range(calls)],
+                               [_sentence(rng, n) for n in range(calls)])
     memory.close()
     return {"items": items, "calls": calls, "seed_seconds": round(seed_s, 1),
             "empty_tenant": empty, "at_items": big,
@@ -218,14 +251,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adds", type=int, default=500, help="adds per process")
     parser.add_argument("--lm", help="also count LLM calls per 10 turns with this model")
     parser.add_argument("--turns", type=int, default=60, help="turns added with --lm")
-    parser.add_argument("--data", default="../shared/data/locomo/locomo_dev.json")
+    parser.add_argument("--data", default="../shared/data/locomo/locomo_dev.json",
+                        help="LoCoMo-format file: the chat tenant's turns and queries, and "
+                        "the turns added with --lm")
+    parser.add_argument("--chat-items", type=int, default=100_000,
+                        help="turns of real chat (from --data) for a search after an add "
+                        "there (0: skip)")
     parser.add_argument("--out", default="out")
     args = parser.parse_args(argv)
+    if (args.chat_items > 0 or args.lm) and not Path(args.data).is_file():
+        parser.error(f"--data {args.data}: no such file (--chat-items 0 skips the chat "
+                     "tenant)")
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         report["add_latency"] = add_latency(Path(tmp) / "latency.db", args.items, args.calls)
         report["threads"] = threads(Path(tmp) / "threads.db", args.threads, args.ops)
         report["processes"] = processes(Path(tmp) / "procs.db", args.processes, args.adds)
+        if args.chat_items > 0:
+            report["chat_search"] = chat_search(Path(tmp) / "chat.db", Path(args.data),
+                                                args.chat_items, args.calls)
     if args.lm:
         report["llm_calls"] = llm_calls(args.lm, Path(args.data), args.turns)
     out = Path(args.out)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from memstrata.bench.memory_api import add_latency
+import pytest
+from memstrata.bench.memory_api import add_latency, chat_search, main
+
+from memstrata import Memory
 
 
 def test_add_latency_reports_a_search_after_each_add_beside_its_baseline(tmp_path: Path
@@ -16,3 +20,35 @@ def test_add_latency_reports_a_search_after_each_add_beside_its_baseline(tmp_pat
         assert 0 < search[side]["p50_ms"] <= search[side]["p95_ms"] <= search[side]["max_ms"]
     assert search["p95_ratio"] == round(search["after_add"]["p95_ms"]
                                         / search["no_write_between"]["p95_ms"], 2)
+
+
+def _chat_file(tmp_path: Path) -> Path:
+    turns = [{"speaker": "Ana" if i % 2 else "Ben", "dia_id": f"D1:{i + 1}",
+              "text": f"I went hiking near the lake with my dog, day {i}"} for i in range(12)]
+    record = {"sample_id": "c1", "conversation": {
+        "speaker_a": "Ana", "speaker_b": "Ben", "session_1": turns,
+        "session_1_date_time": "1:56 pm on 8 May, 2023"},
+        "qa": [{"question": "Where did Ana go hiking?", "answer": "the lake",
+                "evidence": ["D1:2"], "category": 4},
+               {"question": "Who has a dog?", "answer": "Ana", "evidence": ["D1:2"],
+                "category": 4}]}
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps([record]), encoding="utf-8")
+    return path
+
+
+def test_chat_search_times_the_files_questions_on_its_turns_repeated(tmp_path: Path) -> None:
+    found = chat_search(tmp_path / "m.db", _chat_file(tmp_path), items=300, calls=5)
+    assert (found["items"], found["calls"]) == (300, 2)  # no more calls than questions
+    for side in ("after_add", "no_write_between"):
+        assert 0 < found[side]["p50_ms"] <= found[side]["p95_ms"] <= found[side]["max_ms"]
+    memory = Memory.open(tmp_path / "m.db")
+    assert memory.store.counts("chat")["turns"] == 300 + 2  # the seed, then one add a call
+    memory.close()
+
+
+def test_the_bench_says_which_data_file_is_missing(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--data", str(tmp_path / "none.json"), "--out", str(tmp_path)])
+    assert "none.json: no such file" in capsys.readouterr().err
