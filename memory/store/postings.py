@@ -358,8 +358,7 @@ class Postings:
         before = self._before.pop(name, {})
         overflow = name in self._overflow
         self._overflow.discard(name)
-        rows = lengths.rows
-        self._at[name] = (version, rows)
+        self._at[name] = (version, lengths.rows)
         if not self._count.get(name):
             return
         if at is None or overflow or at[0][1] != version[1]:
@@ -367,38 +366,40 @@ class Postings:
             return
         now = _texts(conn, index, sorted(before))
         was = {r for r, text in before.items() if text is not None}
-        if (rows != at[1] - len(was - now.keys()) + len(now.keys() - was)
+        if (lengths.rows != at[1] - len(was - now.keys()) + len(now.keys() - was)
                 or not _sizes_agree(lengths, now)):
             self._drop(name)
             return
-        # The new count of every changed row in each kept list of a term it held or holds.
-        changes: dict[_Key, dict[int, float]] = {}
+        # The new count of every changed row in each kept list of a term it held or holds
+        # (None: the row leaves the list).
+        changes: dict[_Key, dict[int, float | None]] = {}
         for rowid in sorted(before):
             old, new = _terms(before[rowid]), _terms(now.get(rowid))
             for term in set().union(*old, *new):
                 for key in self._by_term.get((name, term), ()):
                     changes.setdefault(key, {})[rowid] = _weighted(
                         index.columns, new, term, dict(key[2]))
-        for key, rows in changes.items():
-            self._update(key, rows)
+        for key, changed in changes.items():
+            self._update(key, changed)
 
-    def _update(self, key: _Key, changes: dict[int, float]) -> None:
-        """Set each changed row's count in one kept list (0: the row leaves it)."""
+    def _update(self, key: _Key, changes: dict[int, float | None]) -> None:
+        """Set each changed row's count in one kept list (None: the row leaves it)."""
         rows, counts = self._lists[key]
         ids = np.fromiter(changes, np.int64, len(changes))
-        values = np.fromiter(changes.values(), np.float64, len(changes))
+        holds = np.fromiter((v is not None for v in changes.values()), bool, len(changes))
+        values = np.fromiter((v or 0.0 for v in changes.values()), np.float64, len(changes))
         order = np.argsort(ids)
-        ids, values = ids[order], values[order]
+        ids, holds, values = ids[order], holds[order], values[order]
         at = np.searchsorted(rows, ids)
         present = at < len(rows)
         present[present] = rows[at[present]] == ids[present]
         counts = counts.copy()  # a new array: a search may hold the one it read
-        kept = present & (values > 0)
+        kept = present & holds
         counts[at[kept]] = values[kept]
-        gone = at[present & (values == 0)]
+        gone = at[present & ~holds]
         if len(gone):
             rows, counts = np.delete(rows, gone), np.delete(counts, gone)
-        new = ~present & (values > 0)
+        new = ~present & holds
         if new.any():
             where = np.searchsorted(rows, ids[new])
             rows, counts = np.insert(rows, where, ids[new]), np.insert(counts, where,
@@ -443,15 +444,17 @@ def _terms(texts: tuple[str | None, ...] | None) -> list[Counter[str]]:
 
 
 def _weighted(columns: tuple[str, ...], counters: list[Counter[str]], term: str,
-              weights: Mapping[str, float]) -> float:
-    """A row's count of ``term``, weighted and summed as :func:`read_postings` does."""
-    total = 0.0
+              weights: Mapping[str, float]) -> float | None:
+    """A row's count of ``term``, weighted and summed as :func:`read_postings` does; None
+    when no searched column holds it (the row is not in the term's list)."""
+    total, found = 0.0, False
     for name, counter in zip(columns, counters, strict=False):
         weight = weights.get(name)
         if weight is not None:
             for _ in range(counter.get(term, 0)):
                 total += weight
-    return total
+                found = True
+    return total if found else None
 
 
 def _sizes_agree(lengths: RowLengths, texts: Mapping[int, tuple[str, ...]]) -> bool:
