@@ -45,6 +45,25 @@ if TYPE_CHECKING:  # vectors.py builds on this module
     from .vectors import KeptVectors
 
 
+def watch_vector_deletes(conn: sqlite3.Connection) -> None:
+    """Mark, in the connection's own ``temp.vectors_gone``, each tenant and model whose
+    vector this connection deletes or replaces (``INSERT OR REPLACE`` deletes the old row:
+    with ``recursive_triggers`` its delete fires the trigger). A rolled-back delete takes
+    its mark with it; another connection's deletes are other processes' commits, which
+    the data version shows.
+
+    Why: ``KeptVectors.catch_up`` (vectors.py) must tell an append-only stretch from one
+    with a delete; counting the tenant's rows instead cost ~5 ms at 100k vectors, on the
+    first search after every add."""
+    conn.execute("PRAGMA recursive_triggers = ON")
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS vectors_gone (user_id TEXT NOT NULL,"
+                 " model TEXT NOT NULL, PRIMARY KEY (user_id, model))")
+    # A trigger's statements name tables unqualified: a temp one is found first.
+    conn.execute("CREATE TEMP TRIGGER IF NOT EXISTS vectors_gone_mark AFTER DELETE ON"
+                 " main.embeddings BEGIN INSERT OR IGNORE INTO vectors_gone"
+                 " (user_id, model) VALUES (OLD.user_id, OLD.model); END")
+
+
 class StoreConnection(EmbedderSetting):
     """The connection, transactions and cache every store mixin builds on (see the module)."""
 
@@ -114,6 +133,7 @@ class StoreConnection(EmbedderSetting):
                     conn.execute("PRAGMA synchronous = NORMAL")
                     conn.execute(f"PRAGMA cache_size = {-1024 * max(int(cache_mb), 1)}")
                 retry_busy(lambda: migrate(conn))
+                watch_vector_deletes(conn)
             except BaseException:
                 conn.close()
                 raise

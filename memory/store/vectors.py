@@ -85,6 +85,9 @@ class VectorStore(NodeLookups, EmbeddingWrites):
                 return self._tx_vectors
             if kept is None or kept.version[1] != version[1] or not kept.catch_up(
                     self.conn, user_id, model, version):
+                # Deletes marked before this read are in it.
+                self.conn.execute("DELETE FROM temp.vectors_gone WHERE user_id = ?"
+                                  " AND model = ?", key)
                 kept = self._read_vectors(user_id, model, version)
             self._kept_vectors[key] = kept
             self._kept_vectors.move_to_end(key)
@@ -173,10 +176,13 @@ class KeptVectors:
         """Read the rows this process added since; False (nothing changed) when any kept
         row was deleted or replaced since, which only a full read can tell apart.
 
-        Exact without a log of deletes: rows are read from the last kept rowid on (SQLite
-        may give a new row the rowid of a deleted last one, so the last row must come back
-        as it was), and the tenant's row count must equal the kept rows plus the new ones.
+        This connection's deletes (a replacement is one) are marked by a trigger
+        (``connection.watch_vector_deletes``); rows are read from the last kept rowid on,
+        and that row must come back as it was.
         """
+        if conn.execute("SELECT 1 FROM temp.vectors_gone WHERE user_id = ? AND model = ?",
+                        (user_id, model)).fetchone():
+            return False
         rows = conn.execute(
             "SELECT rowid, node_id, dim, vector FROM embeddings WHERE rowid >= ?"
             " AND +user_id = ? AND model = ? ORDER BY rowid",
@@ -185,10 +191,6 @@ class KeptVectors:
             if not rows or (rows[0][0], rows[0][1], rows[0][3]) != self.last:
                 return False
             rows = rows[1:]
-        count = conn.execute("SELECT count(*) FROM embeddings WHERE user_id = ? AND model = ?",
-                             (user_id, model)).fetchone()[0]
-        if count != len(self.ids) + len(rows):
-            return False
         self.append(rows)
         self.version = version
         return True

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from memstrata.memory import FactItem, Store
+from memstrata.memory import Conversation, FactItem, Session, Store, Turn
 
 U = "tenant"
 
@@ -105,3 +105,52 @@ def test_a_search_right_after_an_add_finds_it_by_its_vector(
     new = _add(store, "volcano glacier expedition")
     found = store.dense_refs(U, model, store.embedder.encode(["volcano glacier"])[0], 1)
     assert store.ids(U, [found[0][0]]) == {found[0][0]: new}
+
+
+def test_every_turn_write_matches_a_fresh_read(pair: tuple[Store, Store, str]) -> None:
+    """Turns appended, rewritten (their vector and the next turn's replaced), deleted one
+    by one and by conversation, a tenant forgotten: each read equals a fresh one, and an
+    append reads only the new rows."""
+    store, _, model = pair
+    store.add_conversation(Conversation(id="c", user_id=U))
+    store.add_session(Session(id="s", user_id=U, conversation_id="c", index=0))
+    turns = [Turn(user_id=U, conversation_id="c", session_id="s", turn_id=f"t{i}", seq=i,
+                  speaker="Ana" if i % 2 else "Ben", text=f"turn {i} about bees and honey")
+             for i in range(8)]
+    ids = store.add_turns(turns[:5])
+    _same_as_a_fresh_read(store, model)
+    reads = _full_reads(store)
+    store.add_turns(turns[5:])
+    _same_as_a_fresh_read(store, model)
+    assert reads == []
+    store.update_turn(U, ids[1], "a kayak trip on the lake")
+    _same_as_a_fresh_read(store, model)
+    store.delete_turn(U, ids[3])
+    _same_as_a_fresh_read(store, model)
+    _add(store, "an item beside the turns")
+    store.delete_conversation(U, "c")
+    _same_as_a_fresh_read(store, model)
+    store.forget_user(U)
+    _same_as_a_fresh_read(store, model)
+    assert store.vectors(U, model)[0] == []
+
+
+def test_deletes_are_marked_for_this_connection_only(pair: tuple[Store, Store, str]) -> None:
+    store, other, model = pair
+    kept = _add(store, "a note")
+    gone = "SELECT user_id, model FROM temp.vectors_gone"
+    store.vectors(U, model)  # a full read clears the mark
+    assert store.conn.execute(gone).fetchall() == []
+    with pytest.raises(Boom), store.transaction():
+        store.delete(U, kept)
+        raise Boom
+    assert store.conn.execute(gone).fetchall() == []  # rolled back with the delete
+    other.delete(U, kept)
+    assert store.conn.execute(gone).fetchall() == []  # another connection's
+    again = _add(store, "another note")
+    store.vectors(U, model)
+    # INSERT OR REPLACE deletes the old row: that delete is marked too.
+    store.set_embeddings(U, [again], store.embedder.encode(["a new vector"]), model)
+    assert store.conn.execute(gone).fetchall() == [(U, model)]
+    _same_as_a_fresh_read(store, model)
+    assert store.conn.execute(gone).fetchall() == []
