@@ -11,6 +11,7 @@ writers cannot deadlock on a lock upgrade, which SQLite reports as an immediate 
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 import threading
@@ -106,12 +107,21 @@ def store_error(exc: BaseException, path: str) -> StoreError | None:
 @contextmanager
 def stored_value(what: str) -> Iterator[None]:
     """Parse a value read from the file; one that does not parse (JSON, a time, a model's
-    fields) had its bytes altered on disk, past what SQLite checks: a :class:`StoreError`."""
+    fields), or a row without a column the schema names (the schema's text altered, so
+    ``SELECT *`` names it otherwise), had its bytes altered on disk, past what SQLite
+    checks: a :class:`StoreError`."""
     try:
         yield
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, KeyError) as exc:
         detail = f"{what} is unreadable: {' '.join(str(exc).split())[:200]}"
         raise StoreError("", sqlite3.SQLITE_CORRUPT, detail) from exc
+
+
+def stored_json(text: str | bytes, what: str) -> Any:
+    """JSON text read from the file, parsed; text that does not parse is damage (see
+    :func:`stored_value`): a :class:`StoreError` naming ``what``."""
+    with stored_value(what):
+        return json.loads(text)
 
 
 @contextmanager
@@ -159,6 +169,16 @@ class Rows:
         return iter(self.fetchall())
 
 
+def _finished(cursor: sqlite3.Cursor) -> Rows:
+    """The cursor's rows, and the cursor closed: a read that fails part way (text that is
+    not UTF-8 on a damaged file) otherwise leaves its statement active, and a later write
+    that drops a table fails with "database table is locked"."""
+    try:
+        return Rows(cursor)
+    finally:
+        cursor.close()
+
+
 class LockedConnection:
     """A ``sqlite3.Connection`` whose statements run one at a time under ``lock``.
 
@@ -174,12 +194,12 @@ class LockedConnection:
         """Run one statement and read its rows, holding the lock throughout. A fault of
         the file (full, read-only, corrupt) raises :class:`StoreError`."""
         with self.lock, file_faults(self.path):
-            return Rows(self.raw.execute(sql, args))
+            return _finished(self.raw.execute(sql, args))
 
     def executemany(self, sql: str, rows: Any) -> Rows:
         """Run one statement for each row of parameters, holding the lock throughout."""
         with self.lock, file_faults(self.path):
-            return Rows(self.raw.executemany(sql, rows))
+            return _finished(self.raw.executemany(sql, rows))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)

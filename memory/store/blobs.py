@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from ..locking import stored_json
 from ..models import UTCDateTime, utcnow
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class StoreTables:
 
     def _parsed(self, stored: Any) -> Any:
         """A JSON column's value as read back, parsed (SQLite: from its text)."""
-        return json.loads(stored)
+        return stored_json(stored, "a stored JSON value")
 
 
 class Blobs(StoreTables):

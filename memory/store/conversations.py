@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import text as textmod
-from ..locking import stored_value
+from ..locking import stored_json, stored_value
 from ..models import Conversation, Session, Turn, utcnow, with_caption
 from . import versions as versionsmod
 from .rows import TURN_PREFIX, _dt, _new_id, _ts, tenant_token
@@ -48,8 +48,9 @@ class ConversationStore(VectorStore):
                        (user_id, conversation_id))
         return None if not rows else Conversation(
             id=rows[0]["id"], user_id=user_id, agent_id=rows[0]["agent_id"],
-            title=rows[0]["title"], speakers=json.loads(rows[0]["speakers"]),
-            metadata=json.loads(rows[0]["metadata"]))
+            title=rows[0]["title"],
+            speakers=stored_json(rows[0]["speakers"], f"conversation {conversation_id}"),
+            metadata=stored_json(rows[0]["metadata"], f"conversation {conversation_id}"))
 
     def conversation_ids(self, user_id: str) -> list[str]:
         """The ids of a tenant's conversations, sorted."""
@@ -263,7 +264,8 @@ class ConversationStore(VectorStore):
                 f" WHERE {same} AND seq > ? ORDER BY seq LIMIT 2)), ?) ORDER BY seq",
                 (*key, *key, lo, lo, *key, hi, hi),
             ).fetchall()
-            texts = [f"{r[3]}: {with_caption(r[4], json.loads(r[5]))}" for r in window]
+            texts = [f"{r[3]}: {with_caption(r[4], stored_json(r[5], f'turn {r[1]}'))}"
+                     for r in window]
             before = [n for n, r in enumerate(window) if r[2] < lo]
             after = [n for n, r in enumerate(window) if r[2] > hi]
             touched = [n for n, r in enumerate(window) if lo <= r[2] <= hi]
@@ -310,7 +312,8 @@ class ConversationStore(VectorStore):
                     " conversation_id = ? AND session_id = ? AND seq < ? ORDER BY seq DESC"
                     " LIMIT 1", (t.user_id, t.conversation_id, t.session_id, t.seq),
                 ).fetchone()
-                out.append(f"{row[0]}: {with_caption(row[1], json.loads(row[2]))}" if row else "")
+                out.append(f"{row[0]}: {with_caption(row[1], stored_json(row[2], 'a turn'))}"
+                           if row else "")
             last[key] = (t.seq, t.search_text())
         return out
 
@@ -329,7 +332,7 @@ class ConversationStore(VectorStore):
 
     @staticmethod
     def _turn(r: dict[str, Any]) -> Turn:
-        with stored_value(f"turn {r['id']}"):
+        with stored_value(f"turn {r.get('id')}"):
             return Turn(
                 id=r["id"], user_id=r["user_id"], agent_id=r["agent_id"],
                 conversation_id=r["conversation_id"], session_id=r["session_id"],

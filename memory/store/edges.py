@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..locking import stored_value
 from ..models import Edge, utcnow
 from .connection import StoreConnection
 from .rows import _ts
@@ -46,9 +47,10 @@ class EdgeStore(StoreConnection):
                 sql += f" AND {column} = ?"
                 args.append(value)
         rows = self._q(sql + " ORDER BY id LIMIT ?", [*args, int(limit)])
-        return [Edge(id=r["id"], user_id=r["user_id"], src=r["src"], dst=r["dst"],
-                     relation=r["relation"], weight=r["weight"],
-                     metadata=json.loads(r["metadata"] or "{}")) for r in rows]
+        with stored_value("an edge"):
+            return [Edge(id=r["id"], user_id=r["user_id"], src=r["src"], dst=r["dst"],
+                         relation=r["relation"], weight=r["weight"],
+                         metadata=json.loads(r["metadata"] or "{}")) for r in rows]
 
     def neighbors(
         self,

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import text as textmod
-from ..locking import stored_value
+from ..locking import stored_json, stored_value
 from ..models import ITEM_ADAPTER, Item, utcnow
 from . import versions as versionsmod
 from .rows import ITEM_PREFIX, _new_id, _ts, _versioned, content_hash, tenant_token
@@ -46,8 +46,9 @@ class ItemStore(VectorStore, ItemWrites):
         ).fetchone()
         if existing:
             old_id, tags, evidence, confidence = existing
-            merged_tags = list(dict.fromkeys(json.loads(tags) + item.tags))
-            merged_evidence = list(dict.fromkeys(json.loads(evidence) + item.evidence))
+            merged_tags = list(dict.fromkeys(stored_json(tags, f"item {old_id}") + item.tags))
+            merged_evidence = list(dict.fromkeys(stored_json(evidence, f"item {old_id}")
+                                                 + item.evidence))
             self.update(
                 item.user_id, old_id, tags=merged_tags, evidence=merged_evidence,
                 confidence=max(confidence, item.confidence),

@@ -23,12 +23,12 @@ comparisons (``lower(...)`` for ``nocase``), ``data -> 'field'`` for numbers and
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..locking import stored_json
 from ..models import Item
 from .items import ItemStore
 
@@ -119,7 +119,8 @@ class KindQueries(ItemStore):
         missing field None; lists and objects decoded), without reading whole rows."""
         cols = ", ".join(["id", *map(_data_field, fields)])
         sql, args = self._kind_sql(cols, user_id, kind, where, order, limit)
-        return [(row[0], *(None if v is None else json.loads(v) for v in row[1:]))
+        return [(row[0], *(None if v is None else stored_json(v, f"item {row[0]}")
+                           for v in row[1:]))
                 for row in self.conn.execute(sql, args)]
 
     def kind_max(self, user_id: str, kind: str, field: str) -> Any:

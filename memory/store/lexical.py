@@ -15,7 +15,6 @@ and ``texts_since`` apart from its rowids."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import text as textmod
+from ..locking import stored_json
 from ..models import with_caption
 from .filters import Filters
 from .nodes import NodeLookups
@@ -165,7 +165,8 @@ class LexicalSearch(NodeLookups):
             if limit is not None:
                 sql += f" LIMIT {int(limit)}"
             for rowid, body, metadata in self.conn.execute(sql, args):
-                texts.append(with_caption(body, json.loads(metadata)) if metadata else body)
+                texts.append(with_caption(body, stored_json(metadata, f"{table} row {rowid}"))
+                             if metadata else body)
                 last[table] = max(last[table], rowid)
         return texts, last["turns"], last["items"]
 

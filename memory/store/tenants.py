@@ -12,10 +12,10 @@ placeholders; the rest is portable SQL.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..locking import stored_json
 from . import versions as versionsmod
 from .connection import StoreConnection
 
@@ -26,8 +26,10 @@ class TenantRows(StoreConnection):
     def conversation_rows(self, user_id: str) -> list[dict[str, Any]]:
         """The tenant's conversations (``id``, ``agent_id``, ``title``, ``speakers``,
         ``metadata``), in the order they were first written."""
-        return [{"id": cid, "agent_id": agent, "title": title, "speakers": json.loads(speakers),
-                 "metadata": json.loads(meta)} for cid, agent, title, speakers, meta in
+        return [{"id": cid, "agent_id": agent, "title": title,
+                 "speakers": stored_json(speakers, f"conversation {cid}"),
+                 "metadata": stored_json(meta, f"conversation {cid}")}
+                for cid, agent, title, speakers, meta in
                 self.conn.execute("SELECT id, agent_id, title, speakers, metadata FROM"
                                   " conversations WHERE user_id = ? ORDER BY rowid", (user_id,))]
 
@@ -35,7 +37,8 @@ class TenantRows(StoreConnection):
         """The tenant's sessions (``id``, ``conversation_id``, ``index``, ``started_at`` as
         stored, ``metadata``), by conversation then index."""
         return [{"id": sid, "conversation_id": cid, "index": idx, "started_at": started,
-                 "metadata": json.loads(meta)} for sid, cid, idx, started, meta in
+                 "metadata": stored_json(meta, f"session {sid}")}
+                for sid, cid, idx, started, meta in
                 self.conn.execute("SELECT id, conversation_id, idx, started_at, metadata"
                                   " FROM sessions WHERE user_id = ?"
                                   " ORDER BY conversation_id, idx", (user_id,))]

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from ..locking import stored_json
+
 if TYPE_CHECKING:
     from .connection import StoreConnection as Store
 
@@ -70,7 +72,8 @@ def history(store: Store, user_id: str, node_id: str, current: dict[str, Any] | 
     rows = store.conn.execute(
         "SELECT version, event, snapshot, recorded_at, valid_to FROM versions"
         " WHERE node_id = ? AND user_id = ? ORDER BY version", (node_id, user_id)).fetchall()
-    out = [_version(node_id, v, e, json.loads(s), r, t) for v, e, s, r, t in rows]
+    out = [_version(node_id, v, e, stored_json(s, f"a version of {node_id}"), r, t)
+           for v, e, s, r, t in rows]
     out.append(_version(node_id, len(rows) + 1, "UPDATE" if rows else "ADD", current,
                         current_recorded_at, None))
     return out
@@ -95,7 +98,8 @@ def forget(store: Store, user_id: str, node_ids: list[str]) -> None:
 def rows(store: Store, user_id: str) -> list[dict[str, Any]]:
     """Every kept version of the tenant as a dict (``node_id``, ``version``, ``event``,
     ``snapshot`` decoded, ``recorded_at``, ``valid_to``), by node then version."""
-    return [{"node_id": n, "version": v, "event": e, "snapshot": json.loads(s),
+    return [{"node_id": n, "version": v, "event": e,
+             "snapshot": stored_json(s, f"a version of {n}"),
              "recorded_at": r, "valid_to": t} for n, v, e, s, r, t in store.conn.execute(
         "SELECT node_id, version, event, snapshot, recorded_at, valid_to FROM versions"
         " WHERE user_id = ? ORDER BY node_id, version", (user_id,))]

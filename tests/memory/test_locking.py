@@ -103,8 +103,63 @@ def test_a_damaged_stored_value_raises_store_error(tmp_path) -> None:
     store.close()
 
 
+def test_a_read_that_fails_on_damaged_text_leaves_no_statement_open(tmp_path) -> None:
+    # Its statement was left active: a later write that drops a table (sqlite-utils'
+    # upsert probes with a temporary one) failed with "database table is locked".
+    from memstrata.memory import Session, StoreError, Turn
+
+    store = Store.open(tmp_path / "s.db", embedder=None)
+    turns = store.add_turns([Turn(user_id="u", conversation_id="c", session_id="s",
+                                  turn_id=f"t{i}", seq=i, speaker="A", text="hello")
+                             for i in range(3)])
+    store.conn.execute("UPDATE turns SET speaker = CAST(x'ff00' AS TEXT) WHERE id = ?",
+                       (turns[1],))
+    with pytest.raises(StoreError, match="corrupt"):
+        store.turns("u")
+    store.add_session(Session(id="s2", user_id="u", conversation_id="c", index=1))
+    assert store.session_ids("u", "c") == ["s2"]
+    store.close()
+
+
+def test_a_column_renamed_on_disk_raises_store_error(tmp_path) -> None:
+    # A byte of the schema's text altered ("session_id" -> "seIsion_id"), as the
+    # reliability bench's random corruption once did: reading a turn found no such column.
+    from memstrata.memory import StoreError, Turn
+
+    path = tmp_path / "s.db"
+    store = Store.open(path, embedder=None)
+    [tid] = store.add_turns([Turn(user_id="u", conversation_id="c", session_id="s",
+                                  turn_id="t0", seq=0, speaker="A", text="hello")])
+    store.close()
+    data = path.read_bytes()
+    at = data.index(b"session_id TEXT NOT NULL,\n            turn_id")
+    path.write_bytes(data[:at + 2] + b"I" + data[at + 3:])
+    store = Store.open(path, embedder=None)
+    with pytest.raises(StoreError, match=r"corrupt.*unreadable"):
+        store.turn("u", tid)
+    store.close()
+
+
 def test_sql_mistakes_and_locks_are_not_translated() -> None:
     from memstrata.memory.locking import store_error
 
     assert store_error(sqlite3.OperationalError("near \"x\": syntax error"), "p") is None
     assert store_error(ValueError("x"), "p") is None
+
+
+def test_damaged_json_in_any_table_raises_store_error(tmp_path) -> None:
+    from memstrata.memory import Conversation, Edge, FactItem, StoreError
+
+    store = Store.open(tmp_path / "s.db", embedder=None)
+    store.add_conversation(Conversation(id="c", user_id="u", speakers=["A"]))
+    item = store.add(FactItem(user_id="u", text="tea"))
+    store.update("u", item, text="coffee")  # a kept version
+    store.add_edges([Edge(user_id="u", src=item, dst=item, relation="self")])
+    for table, column in (("conversations", "speakers"), ("edges", "metadata"),
+                          ("versions", "snapshot")):
+        store.conn.execute(f"UPDATE {table} SET {column} = '{{not json'")
+    for read in (lambda: store.conversation("u", "c"), lambda: store.conversation_rows("u"),
+                 lambda: store.edges("u"), lambda: store.history("u", item)):
+        with pytest.raises(StoreError, match="corrupt"):
+            read()
+    store.close()

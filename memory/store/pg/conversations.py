@@ -245,7 +245,7 @@ class PgConversations(PgConnection, EmbeddingWrites):
 
     @staticmethod
     def _turn(r: dict[str, Any]) -> Turn:
-        with stored_value(f"turn {r['id']}"):
+        with stored_value(f"turn {r.get('id')}"):
             return Turn(
                 id=r["id"], user_id=r["user_id"], agent_id=r["agent_id"],
                 conversation_id=r["conversation_id"], session_id=r["session_id"],
