@@ -17,6 +17,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +37,16 @@ def _sentence(rng: np.random.Generator, n: int) -> str:
     return f"note {n}: " + " ".join(rng.choice(WORDS, 8))
 
 
-def _seed(memory: Memory, user: str, items: int, rng: np.random.Generator) -> float:
-    """``items`` turns for ``user`` (sessions of 100), written through the facade."""
+def _seed(memory: Memory, user: str, items: int, text: Callable[[int], str]) -> float:
+    """``items`` turns for ``user`` (sessions of 100; turn ``n`` says ``text(n)``),
+    written through the facade; the seconds it took."""
     started = time.perf_counter()
     per_conv = 10_000
-    with tqdm(total=items, unit="turn", desc="seed") as bar:
+    with tqdm(total=items, unit="turn", desc=f"seed {user}") as bar:
         for c in range(0, items, per_conv):
             sessions = [SessionRecord(id=f"s{s}", messages=[
                 Message(speaker="user" if i % 2 else "assistant",
-                        content=_sentence(rng, c + s * 100 + i)) for i in range(100)])
+                        content=text(c + s * 100 + i)) for i in range(100)])
                 for s in range(min(per_conv, items - c) // 100)]
             memory.import_conversations([ConversationRecord(id=f"c{c}", sessions=sessions)],
                                         user_id=user, progress=bar.update)
@@ -100,17 +102,7 @@ def chat_search(path: Path, data: Path, items: int, calls: int) -> dict[str, Any
         raise ValueError(f"{data}: no turns or no questions to measure with")
     rng = np.random.default_rng(0)
     memory = Memory.open(path)
-    started = time.perf_counter()
-    per_conv = 10_000
-    with tqdm(total=items, unit="turn", desc="seed chat") as bar:
-        for c in range(0, items, per_conv):
-            sessions = [SessionRecord(id=f"s{s}", messages=[
-                Message(speaker="user" if i % 2 else "assistant",
-                        content=texts[(c + s * 100 + i) % len(texts)]) for i in range(100)])
-                for s in range(min(per_conv, items - c) // 100)]
-            memory.import_conversations([ConversationRecord(id=f"c{c}", sessions=sessions)],
-                                        user_id="chat", progress=bar.update)
-    seed_s = time.perf_counter() - started
+    seed_s = _seed(memory, "chat", items, lambda n: texts[n % len(texts)])
     picked = rng.choice(len(questions), min(calls, len(questions)), replace=False)
     search = _search_after_add(memory, "chat", [questions[i] for i in picked],
                                [texts[int(i)] for i in rng.integers(len(texts), size=len(picked))])
@@ -125,7 +117,7 @@ def add_latency(path: Path, items: int, calls: int) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     memory = Memory.open(path)
     empty = _latency(memory, "empty", calls, rng)
-    seed_s = _seed(memory, "big", items, rng)
+    seed_s = _seed(memory, "big", items, lambda n: _sentence(rng, n))
     big = _latency(memory, "big", calls, rng)
     search = _search_after_add(memory, "big", [" ".join(rng.choice(WORDS, 3))
                                                for _ in range(calls)],
