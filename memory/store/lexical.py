@@ -138,7 +138,7 @@ class LexicalSearch(NodeLookups):
 
     def index_rows(self, node: str) -> int:
         """Rows in the full-text index of turns or items, all tenants (cached)."""
-        fts = "turns_fts" if node == "turn" else "items_fts"
+        fts = INDEXES[node].fts
         if self._depth:  # FTS5 writes its averages record at commit: count rows instead
             return int(self.conn.execute(f"SELECT count(*) FROM {fts}").fetchone()[0])
         # The averages record's row count: one read, where count(*) walks the whole index

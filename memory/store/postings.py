@@ -364,7 +364,7 @@ class Postings:
         if at is None or overflow or at[0][1] != version[1]:
             self._drop(name)
             return
-        now = _texts(conn, index, sorted(before))
+        now = {r: _terms(text) for r, text in _texts(conn, index, sorted(before)).items()}
         was = {r for r, text in before.items() if text is not None}
         if (lengths.rows != at[1] - len(was - now.keys()) + len(now.keys() - was)
                 or not _sizes_agree(lengths, now)):
@@ -374,7 +374,7 @@ class Postings:
         # (None: the row leaves the list).
         changes: dict[_Key, dict[int, float | None]] = {}
         for rowid in sorted(before):
-            old, new = _terms(before[rowid]), _terms(now.get(rowid))
+            old, new = _terms(before[rowid]), now.get(rowid, [])
             for term in set().union(*old, *new):
                 for key in self._by_term.get((name, term), ()):
                     changes.setdefault(key, {})[rowid] = _weighted(
@@ -457,11 +457,11 @@ def _weighted(columns: tuple[str, ...], counters: list[Counter[str]], term: str,
     return total if found else None
 
 
-def _sizes_agree(lengths: RowLengths, texts: Mapping[int, tuple[str, ...]]) -> bool:
-    """Whether each row's tokens, split as :func:`_terms` splits them, are as many as
-    FTS5 counted (``lengths``, synced: every column's, the unused ``tenant`` holds none)."""
+def _sizes_agree(lengths: RowLengths, terms: Mapping[int, list[Counter[str]]]) -> bool:
+    """Whether each row's tokens, split by :func:`_terms`, are as many as FTS5 counted
+    (``lengths``, synced: every column's, the unused ``tenant`` holds none)."""
     return all(r < len(lengths.lengths) and int(lengths.lengths[r]) == sum(
-        sum(c.values()) for c in _terms(text)) for r, text in texts.items())
+        sum(c.values()) for c in counters) for r, counters in terms.items())
 
 
 def read_postings(conn: sqlite3.Connection, instances: str, term: str,
