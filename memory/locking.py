@@ -117,11 +117,15 @@ def stored_value(what: str) -> Iterator[None]:
         raise StoreError("", sqlite3.SQLITE_CORRUPT, detail) from exc
 
 
-def stored_json(text: str | bytes, what: str) -> Any:
-    """JSON text read from the file, parsed; text that does not parse is damage (see
+def stored_json(text: str | bytes, what: str, kind: type | None = None) -> Any:
+    """JSON text read from the file, parsed; text that does not parse, or (with ``kind``)
+    parses to another type than memstrata stored there, is damage (see
     :func:`stored_value`): a :class:`StoreError` naming ``what``."""
     with stored_value(what):
-        return json.loads(text)
+        value = json.loads(text)
+        if kind is not None and not isinstance(value, kind):
+            raise TypeError(f"a JSON {type(value).__name__} where a {kind.__name__} was stored")
+        return value
 
 
 @contextmanager

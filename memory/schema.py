@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+from .locking import StoreError
 
 _PREFIXED = (
     "CASE WHEN coalesce({column}, '') = '' THEN {column} ELSE (SELECT group_concat("
@@ -278,9 +282,16 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
 
     Raises:
         RuntimeError: the database was written by a newer memstrata (unknown versions).
+        StoreError: the recorded versions are damaged (not 1 up, so no memstrata wrote
+            them).
     """
     done = set(applied_versions(conn))
     unknown = done - {v for v, _, _ in MIGRATIONS}
+    if unknown and done != set(range(1, max(done) + 1)):
+        # Every memstrata applies and records its versions in order, 1 up: a gap means
+        # the table's bytes were altered, not a newer memstrata.
+        raise StoreError("", sqlite3.SQLITE_CORRUPT,
+                         f"schema_migrations records versions {sorted(done)}, not 1 up")
     if unknown:
         raise RuntimeError(
             f"database schema has versions {sorted(unknown)} that this memstrata does not "
@@ -309,3 +320,43 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
             raise
         conn.execute("COMMIT")
     return applied
+
+
+def altered_tables(conn: sqlite3.Connection) -> dict[str, list[str]]:
+    """The tables the migrations made whose columns in ``conn``'s database are not as they
+    made them, each with the columns missing or changed (name, type, NOT NULL, default,
+    primary key; a missing table has them all). Empty for a sound file; columns another
+    program added are not counted.
+
+    Damage to the schema's stored text (a byte flipped in a column's name or type) opens
+    and reads without an error from SQLite: every ``SELECT *`` would then name the column
+    otherwise, and a ``rowid INTEGER PRIMARY KEY`` whose type no longer reads so is an
+    ordinary column that may hold NULL.
+    """
+    have = _columns(conn)
+    out: dict[str, list[str]] = {}
+    for table, columns in migrated_columns().items():
+        found = set(have.get(table, ()))
+        if missing := [c[0] for c in columns if c not in found]:
+            out[table] = missing
+    return out
+
+
+@cache
+def migrated_columns() -> dict[str, tuple[tuple[Any, ...], ...]]:
+    """Every table the migrations make, with its columns in order (as ``PRAGMA
+    table_info`` gives them, less the position), read off a new in-memory database once
+    per process."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        migrate(conn)
+        return _columns(conn)
+    finally:
+        conn.close()
+
+
+def _columns(conn: sqlite3.Connection) -> dict[str, tuple[tuple[Any, ...], ...]]:
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    return {t: tuple(tuple(c[1:]) for c in conn.execute(f'PRAGMA table_info("{t}")'))
+            for t in tables}

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import sqlite_utils
 
 from ..embed import Embedder
-from ..locking import BUSY_TIMEOUT_MS, LockedConnection, file_faults, retry_busy
+from ..locking import BUSY_TIMEOUT_MS, LockedConnection, StoreError, file_faults, retry_busy
 from ..runs import Runs
-from ..schema import LATEST_VERSION, migrate
+from ..schema import LATEST_VERSION, altered_tables, migrate
 from .blobs import Blobs
 from .postings import INDEXES, Postings, RowLengths, Scored
 from .rows import Facets, Ref
@@ -43,6 +43,24 @@ from .shared import MISS, EmbedderSetting, VersionedCache
 
 if TYPE_CHECKING:  # vectors.py builds on this module
     from .vectors import KeptVectors
+
+
+def _prepare(conn: sqlite3.Connection, path: str, cache_mb: int) -> None:
+    """Set a new connection up, bring its schema up to date and check the schema's tables
+    (``Store.open``)."""
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if path != ":memory:":
+        # A new file's first opener switches it to WAL; others opening it at that moment
+        # see it locked for an instant.
+        retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA cache_size = {-1024 * max(int(cache_mb), 1)}")
+    retry_busy(lambda: migrate(conn))
+    if altered := altered_tables(conn):
+        raise StoreError(path, sqlite3.SQLITE_SCHEMA, "; ".join(
+            f"table {t}: {', '.join(cols)} missing or altered" for t, cols in altered.items()))
+    watch_vector_deletes(conn)
 
 
 def watch_vector_deletes(conn: sqlite3.Connection) -> None:
@@ -124,16 +142,19 @@ class StoreConnection(EmbedderSetting):
         with file_faults(path):
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             try:
-                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-                conn.execute("PRAGMA foreign_keys = ON")
-                if path != ":memory:":
-                    # A new file's first opener switches it to WAL; others opening it at
-                    # that moment see it locked for an instant.
-                    retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
-                    conn.execute("PRAGMA synchronous = NORMAL")
-                    conn.execute(f"PRAGMA cache_size = {-1024 * max(int(cache_mb), 1)}")
-                retry_busy(lambda: migrate(conn))
-                watch_vector_deletes(conn)
+                _prepare(conn, path, cache_mb)
+            except StoreError as exc:
+                conn.close()
+                raise (exc if exc.path else StoreError(path, exc.code, exc.detail)) from None
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_ERROR:
+                    raise
+                # memstrata's own statements, which run on any file it wrote: one that
+                # fails here met a format or schema it did not write (a damaged header,
+                # an FTS5 table whose stored options were altered).
+                raise StoreError(path, sqlite3.SQLITE_SCHEMA,
+                                 " ".join(str(exc).split())[:200]) from exc
             except BaseException:
                 conn.close()
                 raise

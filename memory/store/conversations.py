@@ -49,8 +49,8 @@ class ConversationStore(VectorStore):
         return None if not rows else Conversation(
             id=rows[0]["id"], user_id=user_id, agent_id=rows[0]["agent_id"],
             title=rows[0]["title"],
-            speakers=stored_json(rows[0]["speakers"], f"conversation {conversation_id}"),
-            metadata=stored_json(rows[0]["metadata"], f"conversation {conversation_id}"))
+            speakers=stored_json(rows[0]["speakers"], f"conversation {conversation_id}", list),
+            metadata=stored_json(rows[0]["metadata"], f"conversation {conversation_id}", dict))
 
     def conversation_ids(self, user_id: str) -> list[str]:
         """The ids of a tenant's conversations, sorted."""
@@ -264,7 +264,7 @@ class ConversationStore(VectorStore):
                 f" WHERE {same} AND seq > ? ORDER BY seq LIMIT 2)), ?) ORDER BY seq",
                 (*key, *key, lo, lo, *key, hi, hi),
             ).fetchall()
-            texts = [f"{r[3]}: {with_caption(r[4], stored_json(r[5], f'turn {r[1]}'))}"
+            texts = [f"{r[3]}: {with_caption(r[4], stored_json(r[5], f'turn {r[1]}', dict))}"
                      for r in window]
             before = [n for n, r in enumerate(window) if r[2] < lo]
             after = [n for n, r in enumerate(window) if r[2] > hi]
@@ -312,7 +312,7 @@ class ConversationStore(VectorStore):
                     " conversation_id = ? AND session_id = ? AND seq < ? ORDER BY seq DESC"
                     " LIMIT 1", (t.user_id, t.conversation_id, t.session_id, t.seq),
                 ).fetchone()
-                out.append(f"{row[0]}: {with_caption(row[1], stored_json(row[2], 'a turn'))}"
+                out.append(f"{row[0]}: {with_caption(row[1], stored_json(row[2], 'a turn', dict))}"
                            if row else "")
             last[key] = (t.seq, t.search_text())
         return out

@@ -10,10 +10,11 @@ and ``?`` placeholders."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..locking import stored_value
+from ..locking import StoreError, stored_value
 from ..models import Edge, utcnow
 from .connection import StoreConnection
 from .rows import _ts
@@ -96,6 +97,10 @@ class EdgeStore(StoreConnection):
         seed_set = set(node_ids)
         nearest: dict[str, tuple[int, float, str]] = {}
         for node, depth, weight, seed in self.conn.execute(sql, args):
+            if not isinstance(node, str) or not isinstance(weight, int | float):
+                # SQLite checks no stored value's type: an edge's bytes altered on disk.
+                raise StoreError("", sqlite3.SQLITE_CORRUPT, f"an edge of {seed} is unreadable"
+                                 f" (node {node!r:.40}, weight {weight!r:.20})")
             if node not in seed_set and node not in nearest:  # rows come nearest-first
                 nearest[node] = (depth, weight, seed)
         return nearest

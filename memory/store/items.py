@@ -46,8 +46,8 @@ class ItemStore(VectorStore, ItemWrites):
         ).fetchone()
         if existing:
             old_id, tags, evidence, confidence = existing
-            merged_tags = list(dict.fromkeys(stored_json(tags, f"item {old_id}") + item.tags))
-            merged_evidence = list(dict.fromkeys(stored_json(evidence, f"item {old_id}")
+            merged_tags = list(dict.fromkeys(stored_json(tags, f"item {old_id}", list) + item.tags))
+            merged_evidence = list(dict.fromkeys(stored_json(evidence, f"item {old_id}", list)
                                                  + item.evidence))
             self.update(
                 item.user_id, old_id, tags=merged_tags, evidence=merged_evidence,

@@ -165,7 +165,7 @@ class LexicalSearch(NodeLookups):
             if limit is not None:
                 sql += f" LIMIT {int(limit)}"
             for rowid, body, metadata in self.conn.execute(sql, args):
-                texts.append(with_caption(body, stored_json(metadata, f"{table} row {rowid}"))
+                texts.append(with_caption(body, stored_json(metadata, f"{table} row {rowid}", dict))
                              if metadata else body)
                 last[table] = max(last[table], rowid)
         return texts, last["turns"], last["items"]

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from .. import text as textmod
-from ..locking import StoreError
+from ..locking import StoreError, stored_value
 
 K1 = 1.2  # FTS5's bm25 constants
 B = 0.75
@@ -183,7 +183,8 @@ class RowLengths:
                             + where.format(id="id"), args).fetchall()
         if not rows:
             return
-        ids, totals = _row_totals(rows, self.columns)
+        with stored_value(f"{self.fts}_docsize"):  # a size blob gone NULL or cut short
+            ids, totals = _row_totals(rows, self.columns)
         owners = dict(conn.execute(f"SELECT rowid, user_id FROM {self.table} WHERE "
                                    + where.format(id="rowid"), args))
         self._set(ids, totals, np.fromiter((self._code(owners.get(i)) for i in ids.tolist()),
@@ -496,6 +497,10 @@ class Scored:
 
 def idf(stats: TenantStats, docs: int) -> float:
     """A term's idf: FTS5's, over the tenant's rows, plus ``idf_shift``."""
+    if docs > stats.rows:
+        # Only a damaged index or row count puts a term in more rows than there are.
+        raise StoreError("", sqlite3.SQLITE_CORRUPT, f"the search index has a term in {docs} "
+                         f"rows of {stats.rows}")
     return max(math.log((stats.rows - docs + 0.5) / (docs + 0.5)), 1e-6) + stats.idf_shift
 
 

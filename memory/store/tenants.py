@@ -27,8 +27,8 @@ class TenantRows(StoreConnection):
         """The tenant's conversations (``id``, ``agent_id``, ``title``, ``speakers``,
         ``metadata``), in the order they were first written."""
         return [{"id": cid, "agent_id": agent, "title": title,
-                 "speakers": stored_json(speakers, f"conversation {cid}"),
-                 "metadata": stored_json(meta, f"conversation {cid}")}
+                 "speakers": stored_json(speakers, f"conversation {cid}", list),
+                 "metadata": stored_json(meta, f"conversation {cid}", dict)}
                 for cid, agent, title, speakers, meta in
                 self.conn.execute("SELECT id, agent_id, title, speakers, metadata FROM"
                                   " conversations WHERE user_id = ? ORDER BY rowid", (user_id,))]
@@ -37,7 +37,7 @@ class TenantRows(StoreConnection):
         """The tenant's sessions (``id``, ``conversation_id``, ``index``, ``started_at`` as
         stored, ``metadata``), by conversation then index."""
         return [{"id": sid, "conversation_id": cid, "index": idx, "started_at": started,
-                 "metadata": stored_json(meta, f"session {sid}")}
+                 "metadata": stored_json(meta, f"session {sid}", dict)}
                 for sid, cid, idx, started, meta in
                 self.conn.execute("SELECT id, conversation_id, idx, started_at, metadata"
                                   " FROM sessions WHERE user_id = ?"

@@ -72,7 +72,7 @@ def history(store: Store, user_id: str, node_id: str, current: dict[str, Any] | 
     rows = store.conn.execute(
         "SELECT version, event, snapshot, recorded_at, valid_to FROM versions"
         " WHERE node_id = ? AND user_id = ? ORDER BY version", (node_id, user_id)).fetchall()
-    out = [_version(node_id, v, e, stored_json(s, f"a version of {node_id}"), r, t)
+    out = [_version(node_id, v, e, stored_json(s, f"a version of {node_id}", dict), r, t)
            for v, e, s, r, t in rows]
     out.append(_version(node_id, len(rows) + 1, "UPDATE" if rows else "ADD", current,
                         current_recorded_at, None))
@@ -99,7 +99,7 @@ def rows(store: Store, user_id: str) -> list[dict[str, Any]]:
     """Every kept version of the tenant as a dict (``node_id``, ``version``, ``event``,
     ``snapshot`` decoded, ``recorded_at``, ``valid_to``), by node then version."""
     return [{"node_id": n, "version": v, "event": e,
-             "snapshot": stored_json(s, f"a version of {n}"),
+             "snapshot": stored_json(s, f"a version of {n}", dict),
              "recorded_at": r, "valid_to": t} for n, v, e, s, r, t in store.conn.execute(
         "SELECT node_id, version, event, snapshot, recorded_at, valid_to FROM versions"
         " WHERE user_id = ? ORDER BY node_id, version", (user_id,))]

@@ -121,23 +121,117 @@ def test_a_read_that_fails_on_damaged_text_leaves_no_statement_open(tmp_path) ->
     store.close()
 
 
-def test_a_column_renamed_on_disk_raises_store_error(tmp_path) -> None:
-    # A byte of the schema's text altered ("session_id" -> "seIsion_id"), as the
-    # reliability bench's random corruption once did: reading a turn found no such column.
-    from memstrata.memory import StoreError, Turn
+def _stored_file(path) -> str:
+    from memstrata.memory import Turn
 
-    path = tmp_path / "s.db"
     store = Store.open(path, embedder=None)
     [tid] = store.add_turns([Turn(user_id="u", conversation_id="c", session_id="s",
-                                  turn_id="t0", seq=0, speaker="A", text="hello")])
+                                  turn_id="t0", seq=0, speaker="A", text="hello there")])
     store.close()
+    return tid
+
+
+def _alter(path, old: bytes, new: bytes) -> None:
+    """Overwrite the first ``old`` in the file's bytes (as much of it as ``new`` spans)."""
     data = path.read_bytes()
-    at = data.index(b"session_id TEXT NOT NULL,\n            turn_id")
-    path.write_bytes(data[:at + 2] + b"I" + data[at + 3:])
+    at = data.index(old)
+    path.write_bytes(data[:at] + new + data[at + len(new):])
+
+
+@pytest.mark.parametrize(("old", "new", "says"), [
+    # A column's name: every SELECT * named it otherwise ("no such column" at best).
+    (b"session_id TEXT NOT NULL,\n            turn_id", b"seI", "turns: session_id"),
+    # A declared rowid's type: an ordinary column then, which may hold NULL.
+    (b"rowid INTEGER PRIMARY KEY,\n            id TEXT NOT NULL UNIQUE,\n"
+     b"            user_id TEXT NOT NULL,\n            agent_id", b"rowid INTEGEB", "rowid"),
+    # An FTS5 table's stored options: SQLite cannot load the table at all.
+    (b"tokenize", b"tokBnize", "tokBnize"),
+])
+def test_a_schema_altered_on_disk_is_refused_at_open(tmp_path, old: bytes, new: bytes,
+                                                     says: str) -> None:
+    # Bytes of the schema's text altered, as the reliability bench's random corruption
+    # does: SQLite opens such a file without a word.
+    from memstrata.memory import StoreError
+
+    path = tmp_path / "s.db"
+    _stored_file(path)
+    _alter(path, old, new)
+    with pytest.raises(StoreError, match="schema is not the one memstrata wrote") as caught:
+        Store.open(path, embedder=None)
+    assert says in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_a_damaged_header_format_number_is_refused_at_open(tmp_path) -> None:
+    from memstrata.memory import StoreError
+
+    path = tmp_path / "s.db"
+    _stored_file(path)
+    data = bytearray(path.read_bytes())
+    data[44:48] = (9).to_bytes(4, "big")  # the schema format number: 1-4 are SQLite's
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="unsupported file format"):
+        Store.open(path, embedder=None)
+
+
+def test_recorded_versions_with_a_gap_are_damage_and_in_order_ones_a_newer_memstrata(
+        tmp_path) -> None:
+    from memstrata.memory import StoreError
+    from memstrata.memory.schema import LATEST_VERSION
+
+    path = tmp_path / "s.db"
+    _stored_file(path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE schema_migrations SET version = 99 WHERE version = 2")
+    conn.close()
+    with pytest.raises(StoreError, match=r"corrupt.*not 1 up"):
+        Store.open(path, embedder=None)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE schema_migrations SET version = 2 WHERE version = 99")
+        conn.execute("INSERT INTO schema_migrations VALUES (?, 'later', '')",
+                     (LATEST_VERSION + 1,))
+    conn.close()
+    with pytest.raises(RuntimeError, match="upgrade memstrata"):
+        Store.open(path, embedder=None)
+
+
+def test_json_of_another_type_than_stored_is_damage(tmp_path) -> None:
+    from memstrata.memory import Conversation, StoreError
+
+    path = tmp_path / "s.db"
+    _stored_file(path)
     store = Store.open(path, embedder=None)
-    with pytest.raises(StoreError, match=r"corrupt.*unreadable"):
-        store.turn("u", tid)
+    store.conn.execute("UPDATE turns SET metadata = '7'")
+    with pytest.raises(StoreError, match=r"corrupt.*a JSON int where a dict was stored"):
+        store.texts_since("u", 0, 0)
+    store.add_conversation(Conversation(id="c", user_id="u", speakers=["A"]))
+    store.conn.execute("UPDATE conversations SET speakers = '{}'")
+    with pytest.raises(StoreError, match="a JSON dict where a list was stored"):
+        store.conversation("u", "c")
     store.close()
+
+
+def test_a_damaged_search_index_raises_store_error(tmp_path) -> None:
+    from memstrata.memory import Retriever, StoreError
+
+    path = tmp_path / "s.db"
+    _stored_file(path)
+    store = Store.open(path, embedder=None)
+    store.conn.execute("UPDATE turns_fts_docsize SET sz = NULL")
+    with pytest.raises(StoreError, match=r"corrupt.*turns_fts_docsize is unreadable"):
+        Retriever(store).search("u", "hello")
+    store.close()
+
+
+def test_a_term_in_more_rows_than_the_tenant_has_is_damage() -> None:
+    from memstrata.memory import StoreError
+    from memstrata.memory.store.postings import TenantStats, idf
+
+    stats = TenantStats(rows=3, avgdl=4.0, idf_shift=1.0)
+    assert idf(stats, 3) > 1.0
+    with pytest.raises(StoreError, match="a term in 4 rows of 3"):
+        idf(stats, 4)
 
 
 def test_sql_mistakes_and_locks_are_not_translated() -> None:
@@ -162,4 +256,20 @@ def test_damaged_json_in_any_table_raises_store_error(tmp_path) -> None:
                  lambda: store.edges("u"), lambda: store.history("u", item)):
         with pytest.raises(StoreError, match="corrupt"):
             read()
+    store.close()
+
+
+def test_an_edge_read_back_as_another_type_is_damage(tmp_path) -> None:
+    # SQLite checks no stored value's type: a flipped byte can make text a blob.
+    from memstrata.memory import Edge, StoreError, Turn
+
+    store = Store.open(tmp_path / "s.db", embedder=None)
+    a, b = store.add_turns([Turn(user_id="u", conversation_id="c", session_id="s",
+                                 turn_id=f"t{i}", seq=i, speaker="A", text="hello")
+                            for i in range(2)])
+    store.add_edges([Edge(user_id="u", src=a, dst=b, relation="next")])
+    assert b in store.neighbors("u", [a])
+    store.conn.execute("UPDATE edges SET dst = CAST(dst AS BLOB)")
+    with pytest.raises(StoreError, match=f"corrupt.*an edge of {a} is unreadable"):
+        store.neighbors("u", [a])
     store.close()
