@@ -282,16 +282,17 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
 
     Raises:
         RuntimeError: the database was written by a newer memstrata (unknown versions).
-        StoreError: the recorded versions are damaged (not 1 up, so no memstrata wrote
-            them).
+        StoreError: the recorded versions are damaged (an unknown one beside a missing
+            known one, or one below 1: no memstrata records them so).
     """
     done = set(applied_versions(conn))
-    unknown = done - {v for v, _, _ in MIGRATIONS}
-    if unknown and done != set(range(1, max(done) + 1)):
-        # Every memstrata applies and records its versions in order, 1 up: a gap means
-        # the table's bytes were altered, not a newer memstrata.
-        raise StoreError("", sqlite3.SQLITE_CORRUPT,
-                         f"schema_migrations records versions {sorted(done)}, not 1 up")
+    known = {v for v, _, _ in MIGRATIONS}
+    unknown = done - known
+    if unknown and (min(unknown) < 1 or not known <= done):
+        # A newer memstrata applies every version this one knows before its own: an
+        # unknown version beside a missing known one is the table's bytes altered.
+        raise StoreError("", sqlite3.SQLITE_CORRUPT, f"schema_migrations records versions "
+                         f"{sorted(done)}, as no memstrata does")
     if unknown:
         raise RuntimeError(
             f"database schema has versions {sorted(unknown)} that this memstrata does not "

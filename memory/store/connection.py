@@ -45,19 +45,36 @@ if TYPE_CHECKING:  # vectors.py builds on this module
     from .vectors import KeptVectors
 
 
+@contextmanager
+def _schema_faults(path: str) -> Iterator[None]:
+    """Around memstrata's own statements that read a file's schema, which run on any file
+    it wrote: one that fails met a format or schema it did not write (a damaged header, an
+    FTS5 table whose stored options were altered), a :class:`StoreError`. Migrations are
+    left out: their SQL failing is memstrata's fault, and says so as it is."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_ERROR:
+            raise
+        raise StoreError(path, sqlite3.SQLITE_SCHEMA, " ".join(str(exc).split())[:200]) from exc
+
+
 def _prepare(conn: sqlite3.Connection, path: str, cache_mb: int) -> None:
     """Set a new connection up, bring its schema up to date and check the schema's tables
     (``Store.open``)."""
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
     if path != ":memory:":
-        # A new file's first opener switches it to WAL; others opening it at that moment
-        # see it locked for an instant.
-        retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+        with _schema_faults(path):  # the first statement that reads the file
+            # A new file's first opener switches it to WAL; others opening it at that
+            # moment see it locked for an instant.
+            retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(f"PRAGMA cache_size = {-1024 * max(int(cache_mb), 1)}")
     retry_busy(lambda: migrate(conn))
-    if altered := altered_tables(conn):
+    with _schema_faults(path):
+        altered = altered_tables(conn)
+    if altered:
         raise StoreError(path, sqlite3.SQLITE_SCHEMA, "; ".join(
             f"table {t}: {', '.join(cols)} missing or altered" for t, cols in altered.items()))
     watch_vector_deletes(conn)
@@ -146,15 +163,6 @@ class StoreConnection(EmbedderSetting):
             except StoreError as exc:
                 conn.close()
                 raise (exc if exc.path else StoreError(path, exc.code, exc.detail)) from None
-            except sqlite3.OperationalError as exc:
-                conn.close()
-                if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_ERROR:
-                    raise
-                # memstrata's own statements, which run on any file it wrote: one that
-                # fails here met a format or schema it did not write (a damaged header,
-                # an FTS5 table whose stored options were altered).
-                raise StoreError(path, sqlite3.SQLITE_SCHEMA,
-                                 " ".join(str(exc).split())[:200]) from exc
             except BaseException:
                 conn.close()
                 raise
