@@ -334,10 +334,9 @@ def altered_tables(conn: sqlite3.Connection) -> dict[str, list[str]]:
     otherwise, and a ``rowid INTEGER PRIMARY KEY`` whose type no longer reads so is an
     ordinary column that may hold NULL.
     """
-    have = _columns(conn)
     out: dict[str, list[str]] = {}
     for table, columns in migrated_columns().items():
-        found = set(have.get(table, ()))
+        found = set(_table_columns(conn, table))
         if missing := [c[0] for c in columns if c not in found]:
             out[table] = missing
     return out
@@ -351,13 +350,13 @@ def migrated_columns() -> dict[str, tuple[tuple[Any, ...], ...]]:
     conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
         migrate(conn)
-        return _columns(conn)
+        return {t: _table_columns(conn, t) for (t,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
     finally:
         conn.close()
 
 
-def _columns(conn: sqlite3.Connection) -> dict[str, tuple[tuple[Any, ...], ...]]:
-    tables = [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
-    return {t: tuple(tuple(c[1:]) for c in conn.execute(f'PRAGMA table_info("{t}")'))
-            for t in tables}
+def _table_columns(conn: sqlite3.Connection, table: str) -> tuple[tuple[Any, ...], ...]:
+    """A table's columns as ``PRAGMA table_info`` gives them, less the position (none:
+    no such table)."""
+    return tuple(tuple(c[1:]) for c in conn.execute(f'PRAGMA table_info("{table}")'))
