@@ -25,7 +25,7 @@ from .. import text as textmod
 from ..locking import stored_json
 from ..models import with_caption
 from .filters import Filters
-from .nodes import NodeLookups
+from .nodes import _DISTINCT, NodeLookups
 from .postings import (
     INDEXES,
     RowLengths,
@@ -184,8 +184,10 @@ class LexicalSearch(NodeLookups):
             if kept is not None and kept[0] == foreign:
                 self._tag_sets.move_to_end(user_id)
                 return kept[1]
+            # A skip scan over the primary key, one seek per distinct tag: DISTINCT
+            # walked every (tag, item) pair of the tenant.
             tags = [r[0] for r in self.conn.execute(
-                "SELECT DISTINCT tag FROM item_tags WHERE user_id = ?", (user_id,))]
+                _DISTINCT.format(table="item_tags", column="tag"), (user_id,))]
             self._tag_sets[user_id] = (foreign, tags)
             while len(self._tag_sets) > self.CACHE_ENTRIES:
                 self._tag_sets.popitem(last=False)

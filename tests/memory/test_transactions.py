@@ -153,7 +153,7 @@ def test_the_tag_vocabulary_follows_adds_rollbacks_and_other_processes(tmp_path:
         assert store.tag_vocabulary(U) == ["old"]
         reads: list[str] = []
         store.conn.raw.set_trace_callback(
-            lambda sql: reads.append(sql) if "DISTINCT tag" in sql else None)
+            lambda sql: reads.append(sql) if "min(tag)" in sql else None)
         store.add(FactItem(user_id=U, text="second", tags=["New", "old"]))
         assert store.tag_vocabulary(U) == ["new", "old"] and reads == []
         with pytest.raises(Boom), store.transaction():

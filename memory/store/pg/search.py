@@ -40,7 +40,7 @@ from ..rows import _TABLE, TURN_PREFIX, Facets, Ref, _ts, node_type
 from ..shared import MISS, RefLookups, VersionedCache
 from ..vectors import matrix_dense_refs
 from .conversations import vector_text
-from .tenants import PgTenants
+from .tenants import _DISTINCT, PgTenants
 
 
 def filters_sql(filters: Filters, node: str, alias: str) -> tuple[str, list[Any]]:
@@ -305,9 +305,12 @@ class PgSearch(PgTenants, RefLookups):
     def tag_vocabulary(self, user_id: str) -> list[str]:
         """The tenant's distinct tags, case-folded (``str.casefold``, as SQLite stores
         them), sorted (cached)."""
+        # A skip scan over the primary key, one seek per distinct tag (as on SQLite): the
+        # cache is dropped by every write, and DISTINCT walked every (tag, item) pair of
+        # the tenant (22 ms at 100k items with 2,000 tags; 14 ms so).
         return self._cached(("tags", user_id), lambda: [  # type: ignore[no-any-return]
-            r[0] for r in self._rows(user_id, "SELECT DISTINCT tag FROM item_tags WHERE"
-                                     " user_id = %s ORDER BY tag", (user_id,))])
+            r[0] for r in self._rows(user_id, _DISTINCT.format(table="item_tags", column="tag"),
+                                     {"user_id": user_id})])
 
     def tagged(self, user_id: str, tags: Sequence[str], limit: int) -> list[Ref]:
         """The tenant's items carrying any of ``tags`` (case-folded, as
