@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from memstrata.memory import Store
@@ -196,12 +197,19 @@ def test_an_unknown_version_beside_a_missing_known_one_is_damage(
         Store.open(path, embedder=None)
 
 
-def test_json_of_another_type_than_stored_is_damage(tmp_path) -> None:
+@pytest.fixture
+def one_turn(tmp_path) -> Iterator[Store]:
+    """An open store holding one turn of tenant "u" (conversation "c")."""
+    _stored_file(tmp_path / "s.db")
+    store = Store.open(tmp_path / "s.db", embedder=None)
+    yield store
+    store.close()
+
+
+def test_json_of_another_type_than_stored_is_damage(one_turn: Store) -> None:
     from memstrata.memory import Conversation, StoreError
 
-    path = tmp_path / "s.db"
-    _stored_file(path)
-    store = Store.open(path, embedder=None)
+    store = one_turn
     store.conn.execute("UPDATE turns SET metadata = '7'")
     with pytest.raises(StoreError, match=r"corrupt.*a JSON int where a dict was stored"):
         store.texts_since("u", 0, 0)
@@ -209,19 +217,14 @@ def test_json_of_another_type_than_stored_is_damage(tmp_path) -> None:
     store.conn.execute("UPDATE conversations SET speakers = '{}'")
     with pytest.raises(StoreError, match="a JSON dict where a list was stored"):
         store.conversation("u", "c")
-    store.close()
 
 
-def test_a_damaged_search_index_raises_store_error(tmp_path) -> None:
+def test_a_damaged_search_index_raises_store_error(one_turn: Store) -> None:
     from memstrata.memory import Retriever, StoreError
 
-    path = tmp_path / "s.db"
-    _stored_file(path)
-    store = Store.open(path, embedder=None)
-    store.conn.execute("UPDATE turns_fts_docsize SET sz = NULL")
+    one_turn.conn.execute("UPDATE turns_fts_docsize SET sz = NULL")
     with pytest.raises(StoreError, match=r"corrupt.*turns_fts_docsize is unreadable"):
-        Retriever(store).search("u", "hello")
-    store.close()
+        Retriever(one_turn).search("u", "hello")
 
 
 def test_a_term_in_more_rows_than_the_tenant_has_is_damage() -> None:
