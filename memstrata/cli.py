@@ -11,7 +11,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from memstrata.agent_commands import (
     THREADS_HELP,
@@ -381,9 +381,19 @@ def _add_executor_args(p: argparse.ArgumentParser, max_output_chars: int) -> Non
                    "1024, at least 256)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage error stays one line whatever the arguments it
+    quotes hold (a newline, a record or line separator; subcommands' parsers are of this
+    class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and the message on one line, and exit with code 2."""
+        super().error(" ".join(message.split()))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memstrata",
         description="Layered long-term memory for DSPy agents, in one SQLite file. "
         "Runs offline on the embedded embedding model; nothing is sent anywhere.",

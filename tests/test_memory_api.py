@@ -390,3 +390,13 @@ def test_cli_reports_store_faults_and_bad_input_on_one_line(tmp_path, capsys) ->
         assert _cli(*argv) != 0, argv
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and err.startswith("memstrata: "), err
+
+
+def test_cli_usage_error_is_one_line_whatever_the_arguments_hold(capsys) -> None:
+    # argparse quotes the arguments it refuses: a record or line separator in one split
+    # its message over lines (the reliability bench's hostile_cli, seed 2).
+    for junk in ("a\x1eb", "a\nb", "a\u2028b", "a\x85b"):
+        assert _cli("stats", junk) == 2, repr(junk)
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 2 and lines[0].startswith("usage: memstrata"), lines
+        assert lines[1].startswith("memstrata: error: unrecognized arguments: a b"), lines
