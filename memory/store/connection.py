@@ -76,7 +76,8 @@ def _prepare(conn: sqlite3.Connection, path: str, cache_mb: int) -> None:
         altered = altered_tables(conn)
     if altered:
         raise StoreError(path, sqlite3.SQLITE_SCHEMA, "; ".join(
-            f"table {t}: {', '.join(cols)} missing or altered" for t, cols in altered.items()))
+            f"table {t}: {', '.join(cols)} missing or altered" for t, cols in altered.items())
+            + "; `sqlite3 FILE .recover` may rescue its rows")
     watch_vector_deletes(conn)
 
 
