@@ -12,6 +12,7 @@ column, ranked in the database, where the server has the extension)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -222,7 +223,8 @@ def top_cosine(
     ``ids`` holds each row's ref (None: the node is gone).
 
     ``rows`` restricts the candidates to those row indices; ``allowed`` and ``nodes``
-    filter the ranked list, which is widened until ``k`` survive or the rows run out.
+    filter the ranked list, which is widened until ``k`` survive or the rows run out. A
+    row whose cosine is not a number (a vector's bytes altered on disk: NaN) is left out.
     """
     rows = np.arange(len(ids)) if rows is None else rows
     if not len(rows):
@@ -233,8 +235,9 @@ def top_cosine(
     while True:
         top = np.argpartition(-sims, want - 1)[:want]
         top = top[np.argsort(-sims[top])]
-        out = [(ref, float(sims[i])) for i in top if (ref := ids[rows[i]]) is not None
-               and ref[0] in nodes and (allowed is None or ref in allowed)]
+        out = [(ref, sim) for i in top if (ref := ids[rows[i]]) is not None
+               and ref[0] in nodes and (allowed is None or ref in allowed)
+               and math.isfinite(sim := float(sims[i]))]
         if len(out) >= k or want == len(rows):
             return out[:k]
         want = min(len(rows), want * 4)

@@ -154,3 +154,19 @@ def test_deletes_are_marked_for_this_connection_only(pair: tuple[Store, Store, s
     assert store.conn.execute(gone).fetchall() == [(U, model)]
     _same_as_a_fresh_read(store, model)
     assert store.conn.execute(gone).fetchall() == []
+
+
+def test_a_vector_read_back_as_nan_is_left_out_of_the_dense_channel(
+        pair: tuple[Store, Store, str]) -> None:
+    # SQLite checks no stored value: flipped bytes of a float can read back as NaN, whose
+    # cosine sorted and scored as a number (a NaN score in a search's results).
+    store, fresh, model = pair  # fresh: has read no vector yet
+    ids = store.add_turns([Turn(user_id=U, conversation_id="c", session_id="s",
+                                turn_id=f"t{i}", seq=i, speaker="A", text=text)
+                           for i, text in enumerate(["the river lamp", "a maple orchard"])])
+    query = store.vectors(U, model)[1][1]
+    nan = np.full(len(query), np.nan, np.float32).tobytes()
+    store.conn.execute("UPDATE embeddings SET vector = ? WHERE node_id = ?", (nan, ids[0]))
+    found = fresh.dense_refs(U, model, query, 10)
+    assert [fresh.ids(U, [r])[r] for r, _ in found] == [ids[1]]
+    assert all(np.isfinite(score) for _, score in found)
