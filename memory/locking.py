@@ -87,13 +87,18 @@ class StoreError(sqlite3.DatabaseError):
         super().__init__(f"{where}: {FAULTS.get(code, 'SQLite failed')} ({detail})")
 
 
+def fault_detail(exc: BaseException) -> str:
+    """An exception's message on one line, at most 200 characters (a StoreError's detail)."""
+    return " ".join(str(exc).split())[:200]
+
+
 def store_error(exc: BaseException, path: str) -> StoreError | None:
     """``exc`` as a :class:`StoreError` when it is a fault of the file, else None."""
     if isinstance(exc, StoreError):
         return exc
     if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith("Could not decode"):
         # Python's sqlite3 found a text value that is not UTF-8: its bytes were altered.
-        return StoreError(path, sqlite3.SQLITE_CORRUPT, " ".join(str(exc).split())[:200])
+        return StoreError(path, sqlite3.SQLITE_CORRUPT, fault_detail(exc))
     if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(
             ("no such table", "no such column")):
         # memstrata's SQL names only what its migrations made: the schema is not that.
@@ -113,7 +118,7 @@ def stored_value(what: str) -> Iterator[None]:
     try:
         yield
     except (ValueError, TypeError, KeyError) as exc:
-        detail = f"{what} is unreadable: {' '.join(str(exc).split())[:200]}"
+        detail = f"{what} is unreadable: {fault_detail(exc)}"
         raise StoreError("", sqlite3.SQLITE_CORRUPT, detail) from exc
 
 

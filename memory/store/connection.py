@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import sqlite_utils
 
 from ..embed import Embedder
-from ..locking import BUSY_TIMEOUT_MS, LockedConnection, StoreError, file_faults, retry_busy
+from ..locking import (
+    BUSY_TIMEOUT_MS,
+    LockedConnection,
+    StoreError,
+    fault_detail,
+    file_faults,
+    retry_busy,
+)
 from ..runs import Runs
 from ..schema import LATEST_VERSION, altered_tables, migrate
 from .blobs import Blobs
@@ -56,7 +63,7 @@ def _schema_faults(path: str) -> Iterator[None]:
     except sqlite3.OperationalError as exc:
         if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_ERROR:
             raise
-        raise StoreError(path, sqlite3.SQLITE_SCHEMA, " ".join(str(exc).split())[:200]) from exc
+        raise StoreError(path, sqlite3.SQLITE_SCHEMA, fault_detail(exc)) from exc
 
 
 def _prepare(conn: sqlite3.Connection, path: str, cache_mb: int) -> None:
