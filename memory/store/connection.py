@@ -114,6 +114,9 @@ class StoreConnection(EmbedderSetting):
     """Most values the in-process cache keeps (least recently used dropped first)."""
     CACHE_BYTES = 512 * 2**20
     """Most bytes of arrays (vectors) the cache keeps, across tenants."""
+    KEPT_ROWS = 20_000
+    """Most rows (id and facets) that :meth:`reading` keeps from one search to the next
+    while nothing is written (0: each search reads its rows afresh)."""
 
     def __init__(self, conn: sqlite3.Connection, path: str, *,
                  embedder: Embedder | Literal["default"] | None = None) -> None:
@@ -127,6 +130,9 @@ class StoreConnection(EmbedderSetting):
         self._pinned: int | None = None  # PRAGMA data_version held by ``reading``
         # Inside ``reading``: rows a search already read, (tenant, ref) -> (id, facets).
         self._seen: dict[tuple[str, Ref], tuple[str, Facets]] | None = None
+        # The rows of the last ``reading``, with the data version they were read at.
+        self._kept_rows: tuple[tuple[int, int], dict[tuple[str, Ref], tuple[str, Facets]]] = (
+            (-1, -1), {})
         self._cache = VersionedCache(self.CACHE_ENTRIES, self.CACHE_BYTES)
         self._rare_memo: tuple[tuple[Any, ...], Scored] | None = None
         # Row lengths for bm25 from the posting lists (postings.py); ``_touched`` holds the
@@ -296,6 +302,7 @@ class StoreConnection(EmbedderSetting):
     def forget_cached(self, user_id: str) -> None:
         """Drop every cached value of one tenant (other tenants' stay)."""
         self._cache.forget(user_id)
+        self._kept_rows = ((-1, -1), {})
         self._tag_sets.pop(user_id, None)
         for key in [k for k in self._kept_vectors if k[0] == user_id]:
             del self._kept_vectors[key]
@@ -328,7 +335,9 @@ class StoreConnection(EmbedderSetting):
     @contextmanager
     def reading(self) -> Iterator[Self]:
         """Inside, other processes' commits are checked for once, on entry, and each
-        row :meth:`ids` or :meth:`facets` reads is read once.
+        row :meth:`ids` or :meth:`facets` reads is read once; outside a transaction, the
+        rows read are kept for the next ``reading`` until this process writes or another
+        one commits (at most :attr:`KEPT_ROWS`).
 
         A search reads dozens of cached values (document frequencies, row counts, row
         lengths), each behind a ``PRAGMA data_version``: ~0.15 ms a query at 100k items.
@@ -349,10 +358,20 @@ class StoreConnection(EmbedderSetting):
                     # The first read starts the snapshot; data_version is then that of it.
                     self.conn.execute("SELECT 1 FROM schema_migrations LIMIT 1")
                 self._pinned = self.conn.execute("PRAGMA data_version").fetchone()[0]
-                self._seen = {}
+                kept_at, kept = self._kept_rows
+                # A search's candidates recur from query to query (at LoCoMo scale, reading
+                # their facets again was a fifth of a search). Only committed rows are kept:
+                # inside a transaction, rows are read afresh and not kept (it may roll back).
+                self._seen = kept if snapshot and kept_at == self.data_version() else {}
+            version = self.data_version()
             try:
                 yield self
             finally:
+                if snapshot:
+                    # Kept only if nothing was written meanwhile (rows read before a write).
+                    rows = self._seen or {}
+                    fresh = self.data_version() == version and len(rows) <= self.KEPT_ROWS
+                    self._kept_rows = (version, rows) if fresh else ((-1, -1), {})
                 self._pinned, self._seen = outer, seen
                 if snapshot and self.conn.in_transaction:
                     self.conn.execute("COMMIT")  # reads only: ends the snapshot

@@ -166,3 +166,26 @@ def test_the_tag_vocabulary_follows_adds_rollbacks_and_other_processes(tmp_path:
     finally:
         store.close()
         other.close()
+
+
+def test_rows_a_search_read_are_kept_until_a_write(store: Store) -> None:
+    """The next search reads no row again while nothing is written; a write, or more rows
+    than ``KEPT_ROWS``, reads them afresh."""
+    ids = store.add_turns([_turn(f"turn {i}", i) for i in range(3)])
+    refs = list(store.refs(U, ids).values())
+    reads: list[str] = []
+    store.conn.raw.set_trace_callback(
+        lambda sql: reads.append(sql) if "SELECT rowid, id, speaker" in sql else None)
+
+    def search() -> int:
+        before = len(reads)
+        with store.reading():
+            assert [f.speaker for f in store.facets(U, refs).values()] == ["Ann"] * 3
+        return len(reads) - before
+
+    assert search() == 1 and search() == 0
+    store.add(FactItem(user_id=U, text="a write"))
+    assert search() == 1 and search() == 0
+    store.KEPT_ROWS = 2  # three rows: too many to keep
+    store.add(FactItem(user_id=U, text="another write"))
+    assert search() == 1 and search() == 1

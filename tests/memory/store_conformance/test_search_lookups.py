@@ -258,6 +258,33 @@ def test_reading_reads_one_snapshot(two: tuple[Any, Any]) -> None:
         assert len(mine.allowed_ids("u1", Filters())) == 4
 
 
+def test_rows_read_by_a_search_are_not_served_after_a_write(two: tuple[Any, Any]) -> None:
+    mine, other = two
+    _turns(mine, n=1)
+    item = mine.add(FactItem(user_id="u1", text="fact", speaker="Ana"))
+    ref = mine.refs("u1", [item])[item]
+
+    def speaker() -> str | None:
+        with mine.reading():
+            found = mine.facets("u1", [ref])
+            return found[ref].speaker if ref in found else None
+
+    assert speaker() == "Ana"
+    mine.update("u1", item, speaker="Ben")  # this process's write
+    assert speaker() == "Ben"
+    other.update("u1", item, speaker="Cy")  # another process's commit
+    assert speaker() == "Cy"
+    with pytest.raises(RuntimeError), mine.transaction():  # rolled back: never kept
+        mine.update("u1", item, speaker="Di")
+        assert speaker() == "Di"
+        raise RuntimeError
+    assert speaker() == "Cy"
+    with mine.transaction():
+        mine.delete("u1", item)
+        assert speaker() is None
+    assert speaker() is None
+
+
 def test_data_version_moves_with_every_write(two: tuple[Any, Any]) -> None:
     mine, other = two
     _turns(mine, n=1)
