@@ -25,7 +25,7 @@ from ..rows import node_type
 from ..versions import Version, _version
 from .connection import PgConnection
 
-# SQLite's skip scan with psycopg's named placeholder for the tenant.
+# SQLite's skip scan, the tenant bound as psycopg's named parameter %(user_id)s.
 _DISTINCT = SQLITE_DISTINCT.replace("?1", "%(user_id)s")
 
 _SPEAKERS = " UNION ".join(
