@@ -1,7 +1,7 @@
 """Turn and item rows looked up across both tables.
 
 Holds ``NodeLookups``: ``owner``; ``refs``, ``ids``, ``with_ids`` and ``facets`` (between
-ids and refs, tenant-checked, each row read once inside a ``reading``); ``nodes`` (summary
+ids and refs, tenant-checked, each row read once while nothing is written); ``nodes`` (summary
 rows); ``speakers`` and ``counts``.
 
 SQLite-specific: refs are ``rowid``s (a PostgreSQL backend needs an integer identity column
@@ -47,7 +47,8 @@ class NodeLookups(StoreConnection, RefLookups):
         return out
 
     def _ref_rows(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, tuple[str, Facets]]:
-        """(id, facets) of the tenant's rows among ``refs``; read once per :meth:`reading`."""
+        """(id, facets) of the tenant's rows among ``refs``; read once per :meth:`reading`,
+        and kept for the next one while nothing is written (see :meth:`reading`)."""
         seen = self._seen if self._seen is not None else {}
         out: dict[Ref, tuple[str, Facets]] = {}
         todo: dict[str, list[int]] = {"turn": [], "item": []}
