@@ -86,6 +86,24 @@ def _prepare(conn: sqlite3.Connection, path: str, cache_mb: int) -> None:
             f"table {t}: {', '.join(cols)} missing or altered" for t, cols in altered.items())
             + "; `sqlite3 FILE .recover` may rescue its rows")
     watch_vector_deletes(conn)
+    watch_row_changes(conn)
+
+
+def watch_row_changes(conn: sqlite3.Connection) -> None:
+    """Mark, in the connection's own ``temp.rows_changed``, that this connection updated
+    or deleted a turn or an item (``INSERT OR REPLACE`` deletes: see
+    :func:`watch_vector_deletes`). A rolled-back change takes its mark with it.
+
+    Why: the rows a search read stay right across this process's inserts, which change no
+    existing row; ``StoreConnection.reading`` keeps them until a mark or another process's
+    commit says otherwise, so the search after each add need not read them again."""
+    conn.execute("PRAGMA recursive_triggers = ON")
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS rows_changed (changed INTEGER PRIMARY KEY)")
+    for table in ("turns", "items"):
+        for event in ("UPDATE", "DELETE"):
+            conn.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS {table}_{event.lower()}_mark"
+                         f" AFTER {event} ON main.{table} BEGIN INSERT OR IGNORE INTO"
+                         " rows_changed (changed) VALUES (1); END")
 
 
 def watch_vector_deletes(conn: sqlite3.Connection) -> None:
@@ -332,12 +350,27 @@ class StoreConnection(EmbedderSetting):
             return (self._writes, self._pinned)
         return (self._writes, self.conn.execute("PRAGMA data_version").fetchone()[0])
 
+    def _kept_seen(self) -> dict[tuple[str, Ref], tuple[str, Facets]]:
+        """The rows the last search read, if still right now (inside a new snapshot).
+
+        A search's candidates recur from query to query (at LoCoMo scale, reading their
+        facets again was a fifth of a search). They stay right while no other process
+        commits and this one only inserts (``watch_row_changes`` marks an update or a
+        delete). Otherwise a fresh memo, and the marks are cleared for it."""
+        (writes, pinned), kept = self._kept_rows
+        if pinned == self._pinned and (writes == self._writes or not self.conn.execute(
+                "SELECT 1 FROM temp.rows_changed").fetchone()):
+            return kept
+        self.conn.execute("DELETE FROM temp.rows_changed")
+        return {}
+
     @contextmanager
     def reading(self) -> Iterator[Self]:
         """Inside, other processes' commits are checked for once, on entry, and each
         row :meth:`ids` or :meth:`facets` reads is read once; outside a transaction, the
-        rows read are kept for the next ``reading`` until this process writes or another
-        one commits (at most :attr:`KEPT_ROWS`).
+        rows read are kept for the next ``reading`` until this process updates or deletes
+        a row or another one commits (at most :attr:`KEPT_ROWS`; see :meth:`_kept_seen`).
+        Rows read inside a transaction are not kept: it may roll back.
 
         A search reads dozens of cached values (document frequencies, row counts, row
         lengths), each behind a ``PRAGMA data_version``: ~0.15 ms a query at 100k items.
@@ -358,11 +391,7 @@ class StoreConnection(EmbedderSetting):
                     # The first read starts the snapshot; data_version is then that of it.
                     self.conn.execute("SELECT 1 FROM schema_migrations LIMIT 1")
                 self._pinned = self.conn.execute("PRAGMA data_version").fetchone()[0]
-                kept_at, kept = self._kept_rows
-                # A search's candidates recur from query to query (at LoCoMo scale, reading
-                # their facets again was a fifth of a search). Only committed rows are kept:
-                # inside a transaction, rows are read afresh and not kept (it may roll back).
-                self._seen = kept if snapshot and kept_at == self.data_version() else {}
+                self._seen = self._kept_seen() if snapshot else {}
             version = self.data_version()
             try:
                 yield self

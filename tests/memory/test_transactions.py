@@ -168,24 +168,33 @@ def test_the_tag_vocabulary_follows_adds_rollbacks_and_other_processes(tmp_path:
         other.close()
 
 
-def test_rows_a_search_read_are_kept_until_a_write(store: Store) -> None:
-    """The next search reads no row again while nothing is written; a write, or more rows
-    than ``KEPT_ROWS``, reads them afresh."""
+def test_rows_a_search_read_are_kept_across_inserts(store: Store) -> None:
+    """The next search reads no row again while this process only inserts; an update, a
+    delete, or more rows than ``KEPT_ROWS`` read them afresh. A rolled-back update leaves
+    them as they were."""
     ids = store.add_turns([_turn(f"turn {i}", i) for i in range(3)])
     refs = list(store.refs(U, ids).values())
     reads: list[str] = []
     store.conn.raw.set_trace_callback(
         lambda sql: reads.append(sql) if "SELECT rowid, id, speaker" in sql else None)
 
-    def search() -> int:
+    def search(speaker: str = "Ann") -> int:
         before = len(reads)
         with store.reading():
-            assert [f.speaker for f in store.facets(U, refs).values()] == ["Ann"] * 3
+            assert [f.speaker for f in store.facets(U, refs).values()] == [speaker] * 3
         return len(reads) - before
 
     assert search() == 1 and search() == 0
-    store.add(FactItem(user_id=U, text="a write"))
+    store.add(FactItem(user_id=U, text="an insert"))
+    store.add_turns([_turn("one more", 9)])
+    assert search() == 0
+    with pytest.raises(Boom), store.transaction():
+        store.update_turn(U, ids[0], "rolled back")
+        raise Boom
+    assert search() == 0
+    store.update_turn(U, ids[0], "edited")  # an update: its row may have changed
+    assert search() == 1 and search() == 0
+    store.delete(U, store.add(FactItem(user_id=U, text="gone")))
     assert search() == 1 and search() == 0
     store.KEPT_ROWS = 2  # three rows: too many to keep
-    store.add(FactItem(user_id=U, text="another write"))
-    assert search() == 1 and search() == 1
+    assert search() == 0 and search() == 1 and search() == 1
