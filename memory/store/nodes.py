@@ -1,7 +1,7 @@
 """Turn and item rows looked up across both tables.
 
 Holds ``NodeLookups``: ``owner``; ``refs``, ``ids``, ``with_ids`` and ``facets`` (between
-ids and refs, tenant-checked, each row read once while nothing is written); ``nodes`` (summary
+ids and refs, tenant-checked, each row read once until rows change); ``nodes`` (summary
 rows); ``speakers`` and ``counts``.
 
 SQLite-specific: refs are ``rowid``s (a PostgreSQL backend needs an integer identity column
@@ -48,7 +48,8 @@ class NodeLookups(StoreConnection, RefLookups):
 
     def _ref_rows(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, tuple[str, Facets]]:
         """(id, facets) of the tenant's rows among ``refs``; read once per :meth:`reading`,
-        and kept for the next one while nothing is written (see :meth:`reading`)."""
+        and kept for the next one until a row is updated or deleted or another process
+        commits (see :meth:`reading`)."""
         seen = self._seen if self._seen is not None else {}
         out: dict[Ref, tuple[str, Facets]] = {}
         todo: dict[str, list[int]] = {"turn": [], "item": []}
