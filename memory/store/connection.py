@@ -134,7 +134,7 @@ class StoreConnection(EmbedderSetting):
     """Most bytes of arrays (vectors) the cache keeps, across tenants."""
     KEPT_ROWS = 20_000
     """Most rows (id and facets) that :meth:`reading` keeps from one search to the next
-    while nothing is written (0: each search reads its rows afresh)."""
+    (0: each search reads its rows afresh)."""
 
     def __init__(self, conn: sqlite3.Connection, path: str, *,
                  embedder: Embedder | Literal["default"] | None = None) -> None:
@@ -392,15 +392,16 @@ class StoreConnection(EmbedderSetting):
                     self.conn.execute("SELECT 1 FROM schema_migrations LIMIT 1")
                 self._pinned = self.conn.execute("PRAGMA data_version").fetchone()[0]
                 self._seen = self._kept_seen() if snapshot else {}
+            # The version on entry: a change written during the search is then seen by the
+            # next one's check (``_kept_seen``), like any other.
             version = self.data_version()
             try:
                 yield self
             finally:
                 if snapshot:
-                    # Kept only if nothing was written meanwhile (rows read before a write).
                     rows = self._seen or {}
-                    fresh = self.data_version() == version and len(rows) <= self.KEPT_ROWS
-                    self._kept_rows = (version, rows) if fresh else ((-1, -1), {})
+                    small = len(rows) <= self.KEPT_ROWS
+                    self._kept_rows = (version, rows) if small else ((-1, -1), {})
                 self._pinned, self._seen = outer, seen
                 if snapshot and self.conn.in_transaction:
                     self.conn.execute("COMMIT")  # reads only: ends the snapshot
