@@ -140,9 +140,10 @@ def _haystack(path: str, where: str, raw: dict[str, Any]) -> list[SessionRecord]
                 if not isinstance(turn, dict):
                     raise ValueError(f"a turn is a JSON object, not {json_kind(turn)}")
                 meta = {"has_answer": True} if turn.get("has_answer") else {}
-                messages.append(to_message({"role": turn.get("role"),
-                                            "content": turn.get("content"),
-                                            "timestamp": started, "metadata": meta}))
+                raw = {"role": turn.get("role"), "timestamp": started, "metadata": meta}
+                if "content" in turn:  # without it a turn is malformed; null is no text
+                    raw["content"] = turn["content"]
+                messages.append(to_message(raw))
             except ValueError as exc:
                 raise ImportFormatError(path, f"{here}, message {m}", str(exc)) from None
         sessions.append(SessionRecord(id=sid, started_at=started, messages=messages))

@@ -74,6 +74,12 @@ class Message(BaseModel):
     def _time(cls, value: Any) -> datetime | None:
         return parse_time(value)
 
+    @property
+    def blank(self) -> bool:
+        """Nothing to remember: blank content and no caption (``metadata["caption"]``),
+        as in an assistant message that only calls tools."""
+        return not self.content.strip() and not self.metadata.get("caption")
+
 
 def to_message(raw: Any) -> Message:
     """One message from a string (said by ``user``) or a message dict.
@@ -91,6 +97,8 @@ def to_message(raw: Any) -> Message:
     if not isinstance(speaker, str) or not speaker.strip():
         raise ValueError('a message needs "speaker" or "role" (a non-empty string)')
     content = raw.get("content")
+    if content is None and ("content" in raw or "tool_calls" in raw or "function_call" in raw):
+        content = ""  # OpenAI's assistant message that only calls tools: no text, no error
     if isinstance(content, list):  # OpenAI content parts: keep the text parts
         content = "\n".join(p.get("text", "") for p in content
                             if isinstance(p, dict) and p.get("type") == "text")

@@ -352,7 +352,13 @@ class Edge(_Model):
 
 
 class Hit(_Model):
-    """One search result: the node, its fused score, and what each channel contributed."""
+    """One search result: the node, its final score, and what each channel contributed.
+
+    ``channels`` maps each channel that found the node (``lexical``, ``feedback``,
+    ``expansion``, ``speaker_lexical``, ``dense``, ``speaker_dense``, ``tags``) to what it
+    added to the fused score; the priors then scale that sum and the graph adds to it, so
+    ``score`` may differ from it (and a node only the graph reached has none).
+    """
 
     id: str
     node: Literal["turn", "item"]

@@ -46,6 +46,11 @@ from .query import QueryAnalysis, analyse
 from .store import Facets, Filters, Ref, Store, node_type
 from .timeparse import resolve_times, says_when
 
+Channel = tuple[str, float, list[tuple[Ref, float]]]
+"""One ranked list of a search: its name (``lexical``, ``feedback``, ``expansion``,
+``speaker_lexical``, ``dense``, ``speaker_dense``, ``tags``), its weight, its ``(ref,
+score)`` pairs best first."""
+
 
 class SearchWeights(BaseModel):
     """Fusion knobs. Channel weights multiply RRF terms; boosts multiply fused scores."""
@@ -149,7 +154,8 @@ class Retriever:
         nodes: Sequence[str] = ("turn", "item"),
         now: datetime | None = None,
     ) -> list[Hit]:
-        """The ``k`` best turns and items of one tenant for ``query``."""
+        """The ``k`` best turns and items of one tenant for ``query``, best first; fewer
+        when fewer have a score above zero (none for a query nothing matches)."""
         if k <= 0:
             return []
         with self.store.reading():
@@ -161,7 +167,7 @@ class Retriever:
         filters = filters or Filters()
         qa = self.analyse(user_id, query, now)
         allowed = self.store.allowed_refs(user_id, filters) if filters.active() else None
-        rankings: list[tuple[float, list[tuple[Ref, float]]]] = []
+        rankings: list[Channel] = []
 
         expansion = self._expansion_terms(user_id, qa)
         for node in nodes:
@@ -170,9 +176,9 @@ class Retriever:
         if query_vec is not None:
             rankings += self._dense_channels(user_id, qa, query_vec, allowed, nodes)
         if w.tags and "item" in nodes:
-            rankings.append((w.tags, self._tag_channel(user_id, qa, allowed)))
+            rankings.append(("tags", w.tags, self._tag_channel(user_id, qa, allowed)))
 
-        scores = _fuse(rankings, w.fusion, w.rrf_k)
+        scores, parts = _fuse(rankings, w.fusion, w.rrf_k)
         if not scores:
             return []
         # The priors read each candidate's speaker and time: skip the lookup (hundreds of
@@ -189,29 +195,35 @@ class Retriever:
         if w.session:
             self._session_prior(user_id, scores, info)
 
-        top = self.store.with_ids(user_id, heapq.nlargest(k, scores.items(), key=itemgetter(1)))
+        # A candidate no channel scored above zero (only an opposed vector found it) is
+        # no hit: a search with no match returns nothing rather than filler.
+        best = heapq.nlargest(k, ((r, s) for r, s in scores.items() if s > 0),
+                              key=itemgetter(1))
+        ids = self.store.ids(user_id, [r for r, _ in best])
+        top = [(ids[r], score) for r, score in best if r in ids]
+        channels = {ids[r]: _contributions(r, parts) for r, _ in best if r in ids}
         # The text priors' rows are this search's rows too: read only the others.
         rows = {i: rows[i] for i, _ in top if i in rows}
         rows |= self.store.nodes(user_id, [i for i, _ in top if i not in rows])
-        return [_hit(node_id, score, rows[node_id]) for node_id, score in top if node_id in rows]
+        return [_hit(node_id, score, rows[node_id], channels[node_id])
+                for node_id, score in top if node_id in rows]
 
     # -- channels -------------------------------------------------------------------------
 
     def _lexical_channels(self, user_id: str, qa: QueryAnalysis, node: str, filters: Filters,
-                          expansion: list[str] | None = None,
-                          ) -> list[tuple[float, list[tuple[Ref, float]]]]:
+                          expansion: list[str] | None = None) -> list[Channel]:
         """bm25, its feedback and expansion re-runs, and bm25 within each named speaker's
         turns."""
         w = self.weights
         common = {"common_share": w.common_share, "common_min_docs": w.common_min_docs,
                   "common_budget": w.common_budget}
         scoring = {"context_weight": w.context, "idf_shift": w.idf_shift, **common}
-        out: list[tuple[float, list[tuple[Ref, float]]]] = []
+        out: list[Channel] = []
         lexical = self.store.lexical_refs
         if w.lexical:
             hits = lexical(user_id, qa.tokens, node=node, k=w.pool, filters=filters,
                            **scoring)
-            out.append((w.lexical, hits))
+            out.append(("lexical", w.lexical, hits))
             top = [i for i, _ in hits[: w.feedback_docs]]
             extra = self._feedback_terms(user_id, top, qa) if w.feedback and hits else []
             terms = qa.content_tokens + extra
@@ -226,16 +238,16 @@ class Retriever:
                 # and the first run's ranking is reused (Store.lexical's ``also``), so the
                 # re-run scores a fraction of the rows instead of all of them again. At
                 # 100k items such re-runs were the slowest tenth of the queries.
-                out.append((w.feedback, lexical(
+                out.append(("feedback", w.feedback, lexical(
                     user_id, qa.tokens, node=node, k=w.pool, filters=filters, also=extra,
                     **scoring)))
             elif extra and affordable:
-                out.append((w.feedback, lexical(
+                out.append(("feedback", w.feedback, lexical(
                     user_id, terms, node=node, k=w.pool, filters=filters, **scoring)))
             if expansion:
                 # The query's own words stay in: the new words add candidates that share
                 # the query's topic; alone they drift (a word's neighbours are not all apt).
-                out.append((w.expansion, lexical(
+                out.append(("expansion", w.expansion, lexical(
                     user_id, qa.content_tokens + expansion, node=node, k=w.pool,
                     filters=filters, **scoring)))
         if w.speaker_channels and node == "turn":
@@ -244,26 +256,25 @@ class Retriever:
                     kinds=filters.kinds, speaker=name, conversation_id=filters.conversation_id,
                     start=filters.start, end=filters.end,
                 )
-                out.append((w.speaker_channels, lexical(
+                out.append(("speaker_lexical", w.speaker_channels, lexical(
                     user_id, qa.content_tokens, node=node, k=w.pool, filters=narrowed,
                     **scoring)))
         return out
 
     def _dense_channels(self, user_id: str, qa: QueryAnalysis, query_vec: np.ndarray,
-                        allowed: set[Ref] | None, nodes: Sequence[str]
-                        ) -> list[tuple[float, list[tuple[Ref, float]]]]:
+                        allowed: set[Ref] | None, nodes: Sequence[str]) -> list[Channel]:
         """Cosine over all the tenant's vectors, and within each named speaker's turns
         (``Store.dense_refs``: NumPy over the cached matrix, or pgvector in PostgreSQL)."""
         w = self.weights
         name = self.embedder.name  # type: ignore[union-attr]
         dense = self.store.dense_refs
-        out = []
+        out: list[Channel] = []
         if w.dense:
-            out.append((w.dense, dense(user_id, name, query_vec, w.pool, allowed=allowed,
-                                       nodes=nodes)))
+            out.append(("dense", w.dense, dense(user_id, name, query_vec, w.pool,
+                                                allowed=allowed, nodes=nodes)))
         if w.speaker_channels and qa.speakers and "turn" in nodes:
             for person in qa.speakers:
-                out.append((w.speaker_channels, dense(
+                out.append(("speaker_dense", w.speaker_channels, dense(
                     user_id, name, query_vec, w.pool, allowed=allowed, nodes=("turn",),
                     speaker=person)))
         return out
@@ -447,29 +458,47 @@ def _tells_of(row: dict[str, Any], start: datetime, end: datetime) -> bool:
     return any(s.start <= end and s.end >= start for s in resolve_times(row["text"], said))
 
 
-def _fuse(rankings: list[tuple[float, list[tuple[Ref, float]]]], how: str, k: int
-          ) -> dict[Ref, float]:
-    """Weighted fusion of several ranked ``(ref, score)`` lists, by rank or by score."""
+def _fuse(rankings: list[Channel], how: str, k: int
+          ) -> tuple[dict[Ref, float], list[tuple[str, dict[Ref, float]]]]:
+    """Weighted fusion of several named, ranked ``(ref, score)`` lists, by rank or by
+    score: the fused scores, and what each channel added to each of its refs."""
     scores: dict[Ref, float] = defaultdict(float)
-    for weight, ranked in rankings:
+    parts: list[tuple[str, dict[Ref, float]]] = []
+    for name, weight, ranked in rankings:
         if not ranked:
             continue
+        part: dict[Ref, float] = {}
         if how == "rrf":
             for rank, (node_id, _) in enumerate(ranked, start=1):
-                scores[node_id] += weight / (k + rank)
-            continue
-        values = [s for _, s in ranked]
-        top = max(values)
-        # Scaled by the channel's best score; floored at 0 so no hit costs a candidate.
-        low = 0.0 if how == "max" else min(values)
-        span = top - low
-        for node_id, score in ranked:
-            # A channel whose hits all tie (one hit, or tags matched) gives each full weight.
-            scores[node_id] += weight * (max(score - low, 0.0) / span if span > 0 else 1.0)
-    return dict(scores)
+                part[node_id] = weight / (k + rank)
+        else:
+            values = [s for _, s in ranked]
+            top = max(values)
+            # Scaled by the channel's best score; floored at 0 so no hit costs a candidate.
+            low = 0.0 if how == "max" else min(values)
+            span = top - low
+            for node_id, score in ranked:
+                # A channel whose hits all tie (one hit, or tags matched) gives each full
+                # weight.
+                part[node_id] = weight * (max(score - low, 0.0) / span if span > 0 else 1.0)
+        for node_id, value in part.items():
+            scores[node_id] += value
+        parts.append((name, part))
+    return dict(scores), parts
 
 
-def _hit(node_id: str, score: float, row: dict[str, Any]) -> Hit:
+def _contributions(ref: Ref, parts: list[tuple[str, dict[Ref, float]]]) -> dict[str, float]:
+    """What each channel added to ``ref``'s fused score (a speaker channel summed over the
+    speakers named), before the priors scaled it and the graph added to it."""
+    out: dict[str, float] = defaultdict(float)
+    for name, part in parts:
+        if part.get(ref):
+            out[name] += part[ref]
+    return {name: round(value, 6) for name, value in out.items()}
+
+
+def _hit(node_id: str, score: float, row: dict[str, Any], channels: dict[str, float]
+         ) -> Hit:
     with stored_value(node_id):
         text = with_caption(row["text"], json.loads(row.get("metadata") or "{}"))
         return Hit(
@@ -478,4 +507,5 @@ def _hit(node_id: str, score: float, row: dict[str, Any]) -> Hit:
             turn_id=row.get("turn_id"),
             event_time=(datetime.fromisoformat(row["event_time"]) if row.get("event_time")
                         else None),
+            channels=channels,
         )

@@ -135,7 +135,8 @@ class Memory:
         Returns:
             One event per stored turn (``{"id", "memory", "event": "ADD", "kind":
             "turn"}``), then one per proposed fact (``ADD``, ``UPDATE`` with ``previous``,
-            or ``NONE`` when it was already known).
+            or ``NONE`` when it was already known). A message without text (``content``
+            null, empty or blank and no caption: an assistant's tool call) is skipped.
 
         Raises:
             ValueError: bad messages or ids; nothing is stored.
@@ -171,6 +172,10 @@ class Memory:
     def _write(self, user_id: str, agent_id: str | None, conv: str, session_id: str | None,
                msgs: list[Message], when: datetime | None, metadata: dict[str, Any]
                ) -> list[Turn]:
+        # A message with no text (a tool call alone) would only be an empty search hit.
+        msgs = [m for m in msgs if not m.blank]
+        if not msgs:
+            return []
         now = utcnow()
         store = self.store
         for m in msgs:
@@ -241,7 +246,8 @@ class Memory:
         """Write whole conversations (from a format adapter) as turns, all or nothing.
 
         A conversation already stored under the same id is replaced. No extraction runs
-        (``flush`` extracts afterwards). Returns counts of conversations, sessions, turns.
+        (``flush`` extracts afterwards). Messages without text are skipped, as by
+        :meth:`add`. Returns counts of the conversations, sessions and turns written.
         """
         _check_id("user_id", user_id)
         counts = {"conversations": 0, "sessions": 0, "turns": 0}
@@ -249,12 +255,14 @@ class Memory:
         with self._lock, self.store.transaction():
             for record in records:
                 self.store.delete_conversation(user_id, record.id)
+                written = 0
                 for session in record.sessions:
                     turns = self._write(user_id, agent_id, record.id, session.id,
                                         session.messages, session.started_at, {})
-                    counts["turns"] += len(turns)
-                    counts["sessions"] += 1
-                counts["conversations"] += 1
+                    written += len(turns)
+                    counts["sessions"] += bool(turns)
+                counts["turns"] += written
+                counts["conversations"] += bool(written)
                 if progress is not None:
                     progress(sum(len(s.messages) for s in record.sessions))
         return counts
@@ -263,7 +271,8 @@ class Memory:
 
     def search(self, query: str, *, user_id: str, k: int = 10,
                filters: Filters | dict[str, Any] | None = None) -> list[Hit]:
-        """The ``k`` best turns and items of ``user_id`` for ``query`` (hybrid search).
+        """The ``k`` best turns and items of ``user_id`` for ``query`` (hybrid search),
+        fewer when fewer have a score above zero.
 
         ``filters`` narrows by ``kinds``, ``speaker``, ``conversation_id``, ``start``,
         ``end`` (a :class:`Filters` or a dict of those). Each hit has ``id``, ``text``,

@@ -221,6 +221,38 @@ def test_export_import_round_trip(tmp_path) -> None:
         m.import_(tmp_path / "u.jsonl")
 
 
+def test_messages_without_text_are_skipped(tmp_path) -> None:
+    # An OpenAI transcript as an agent keeps it: the assistant's tool call has no text.
+    chat = [{"role": "user", "content": "Book me a flight to Rome"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "book", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "booked AZ123"},
+            {"role": "assistant", "tool_calls": []},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+            {"role": "user", "content": "  \n "},
+            {"role": "user", "content": "", "metadata": {"caption": "a ticket to Rome"}}]
+    m = Memory.open(":memory:")
+    events = m.add(chat, user_id="u", infer=False)
+    texts = [t["text"] for t in m.get_all(user_id="u", kind="turn")]
+    assert [e["memory"] for e in events] == ["Book me a flight to Rome", "booked AZ123", ""]
+    assert sorted(texts) == sorted(e["memory"] for e in events)
+    assert m.add(chat[1], user_id="u") == []
+    assert m.search("ticket", user_id="u")[0].id == events[-1]["id"]  # its caption
+    with pytest.raises(ValueError, match='"content"'):  # a typo is not a tool call
+        m.add({"role": "user", "text": "hello"}, user_id="u")
+    # Files: a session or conversation left with no text writes nothing and is not counted.
+    path = tmp_path / "chat.jsonl"
+    path.write_text("\n".join(json.dumps({**r, "conversation_id": c, "session_id": s})
+                              for r, c, s in [(chat[0], "c1", "s1"), (chat[1], "c1", "s2"),
+                                              (chat[1], "c2", "s1")]))
+    from memstrata.formats import read_messages
+
+    counts = m.import_conversations(read_messages(path), user_id="v")
+    assert counts == {"conversations": 1, "sessions": 1, "turns": 1}
+    assert m.store.conversation_ids("v") == ["c1"]
+
+
 def test_import_messages_file_all_or_nothing(tmp_path) -> None:
     from memstrata.formats import read_messages
 

@@ -188,9 +188,6 @@ class SearchStore(Protocol):
 
     def ids(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, str]: ...
 
-    def with_ids(self, user_id: str, ranked: Sequence[tuple[Ref, float]]
-                 ) -> list[tuple[str, float]]: ...
-
     def facets(self, user_id: str, refs: Sequence[Ref]) -> dict[Ref, Facets]: ...
 
     def nodes(self, user_id: str, node_ids: Sequence[str], *, text: bool = True

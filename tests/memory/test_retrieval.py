@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -189,6 +190,48 @@ def test_graph_second_hop_reaches_two_edges_out_at_its_share(store: Store) -> No
     assert two[seed] == one[seed]
     assert two[near] == pytest.approx(0.2 * two[seed])
     assert two[far] == pytest.approx(0.2 * 0.5 * two[seed])
+
+
+def test_each_hit_says_what_each_channel_added(store: Store, embedder) -> None:
+    ids = _turns(store)
+    texts = [t.text for t in store.turns(U)]
+    store.set_embeddings(U, ids, embedder.encode(texts), embedder.name)
+    plain = SearchWeights(session=0, speaker_boost=0, time_boost=0, when_boost=0, asking=0,
+                          graph=0, expansion=0)
+    hits = Retriever(store, embedder, plain).search(U, "Caroline's LGBTQ support group", k=5)
+    top = hits[0]
+    assert top.id == ids[0]
+    assert top.channels["lexical"] == pytest.approx(plain.lexical)  # the channel's best
+    assert {"dense", "speaker_lexical", "speaker_dense"} <= set(top.channels)
+    for hit in hits:  # with no prior and no graph, the score is the channels' sum
+        assert hit.score == pytest.approx(sum(hit.channels.values()), abs=1e-5)
+    # A node only the graph reached was found by no channel.
+    seed = store.add(FactItem(user_id=U, text="Oscar the guinea pig"))
+    near = store.add(FactItem(user_id=U, text="an unrelated sentence entirely"))
+    store.add_edges([Edge(user_id=U, src=seed, dst=near, relation="follows")])
+    by_id = {h.id: h for h in Retriever(store, weights=SearchWeights(graph=0.2, context=0))
+             .search(U, "guinea pig", k=10)}
+    assert by_id[seed].channels and by_id[near].channels == {} and by_id[near].score > 0
+
+
+class _Axes:
+    """Three texts as fixed unit vectors: one along the query, one across it, one against."""
+
+    name, dim = "axes", 2
+    VECTORS: ClassVar[dict[str, tuple[float, float]]] = {
+        "north": (1.0, 0.0), "east": (0.0, 1.0), "south": (-1.0, 0.0)}
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return np.array([self.VECTORS[t] for t in texts], dtype=np.float32)
+
+
+def test_a_candidate_no_channel_scored_above_zero_is_no_hit(store: Store) -> None:
+    ids = {t: store.add(SemanticItem(user_id=U, text=t)) for t in _Axes.VECTORS}
+    store.set_embeddings(U, list(ids.values()), _Axes().encode(list(ids)), _Axes.name)
+    retriever = Retriever(store, _Axes(), LEXICAL_OFF)
+    for query in _Axes.VECTORS:
+        hits = retriever.search(U, query, k=3)
+        assert [h.id for h in hits] == [ids[query]] and hits[0].score > 0
 
 
 def test_lone_match_keeps_a_positive_score(store: Store) -> None:
