@@ -25,7 +25,8 @@ def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None =
 def cmd_add(args: argparse.Namespace) -> int:
     """Add messages for a user: the text argument (said by --speaker), or, with no text,
     JSONL messages on stdin ({"role"|"speaker", "content", "timestamp"?} a line).
-    Prints one JSON event per line. Facts are extracted only with --lm."""
+    Prints one JSON event per line (a message without text is skipped, and said so on
+    stderr). Facts are extracted only with --lm."""
     if args.text is not None:
         messages: Any = [{"speaker": args.speaker, "content": args.text}]
     else:
@@ -50,6 +51,10 @@ def cmd_add(args: argparse.Namespace) -> int:
             raise SystemExit(f"memstrata: {exc}") from None
     for event in events:
         print(json.dumps(event, ensure_ascii=False))
+    skipped = len(messages) - sum(e.get("kind") == "turn" for e in events)
+    if skipped:  # Memory.add skips a message without text (a tool call alone)
+        print(f"memstrata: {skipped} message{'s' * (skipped > 1)} without text skipped",
+              file=sys.stderr)
     return 0
 
 

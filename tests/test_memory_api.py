@@ -376,6 +376,22 @@ def test_cli_import_forget_and_bad_input(tmp_path, capsys) -> None:
     assert Memory.open(db).store.counts("u")["turns"] == 0
 
 
+def test_cli_add_says_what_it_skipped(tmp_path, capsys, monkeypatch) -> None:
+    import io
+
+    db = str(tmp_path / "m.db")
+    lines = [{"role": "user", "content": "Book me a flight to Rome"},
+             {"role": "assistant", "content": None, "tool_calls": []}]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(map(json.dumps, lines))))
+    assert _cli("add", "--user", "u", "--db", db) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["memory"] for line in out.splitlines()] == [lines[0]["content"]]
+    assert err.strip() == "memstrata: 1 message without text skipped"
+    assert _cli("add", "--user", "u", "--db", db, "   ") == 0
+    assert capsys.readouterr().err.strip() == "memstrata: 1 message without text skipped"
+    assert Memory.open(db).store.counts("u")["turns"] == 1
+
+
 def test_hostile_arguments_get_documented_errors(tmp_path) -> None:
     """Found by the reliability fuzzer: each of these raised TypeError, OverflowError,
     AttributeError, IndexError or a sqlite3 error from deep inside."""
