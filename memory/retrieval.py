@@ -155,7 +155,7 @@ class Retriever:
         now: datetime | None = None,
     ) -> list[Hit]:
         """The ``k`` best turns and items of one tenant for ``query``, best first; fewer
-        when fewer have a score above zero (none for a query nothing matches)."""
+        when fewer have a score above zero."""
         if k <= 0:
             return []
         with self.store.reading():
@@ -195,8 +195,8 @@ class Retriever:
         if w.session:
             self._session_prior(user_id, scores, info)
 
-        # A candidate no channel scored above zero (only an opposed vector found it) is
-        # no hit: a search with no match returns nothing rather than filler.
+        # A candidate nothing scored above zero (only an opposed vector found it) is no
+        # hit: a search returns fewer hits rather than zero-score filler.
         best = heapq.nlargest(k, ((r, s) for r, s in scores.items() if s > 0),
                               key=itemgetter(1))
         ids = self.store.ids(user_id, [r for r, _ in best])
@@ -478,8 +478,7 @@ def _fuse(rankings: list[Channel], how: str, k: int
             low = 0.0 if how == "max" else min(values)
             span = top - low
             for node_id, score in ranked:
-                # A channel whose hits all tie (one hit, or tags matched) gives each full
-                # weight.
+                # All hits tied (one hit, or tags matched): each gets the full weight.
                 part[node_id] = weight * (max(score - low, 0.0) / span if span > 0 else 1.0)
         for node_id, value in part.items():
             scores[node_id] += value
