@@ -200,13 +200,12 @@ class Retriever:
         best = heapq.nlargest(k, ((r, s) for r, s in scores.items() if s > 0),
                               key=itemgetter(1))
         ids = self.store.ids(user_id, [r for r, _ in best])
-        top = [(ids[r], score) for r, score in best if r in ids]
-        channels = {ids[r]: _contributions(r, parts) for r, _ in best if r in ids}
+        top = [(ids[r], score, r) for r, score in best if r in ids]
         # The text priors' rows are this search's rows too: read only the others.
-        rows = {i: rows[i] for i, _ in top if i in rows}
-        rows |= self.store.nodes(user_id, [i for i, _ in top if i not in rows])
-        return [_hit(node_id, score, rows[node_id], channels[node_id])
-                for node_id, score in top if node_id in rows]
+        rows = {i: rows[i] for i, _, _ in top if i in rows}
+        rows |= self.store.nodes(user_id, [i for i, _, _ in top if i not in rows])
+        return [_hit(node_id, score, rows[node_id], _contributions(ref, parts))
+                for node_id, score, ref in top if node_id in rows]
 
     # -- channels -------------------------------------------------------------------------
 
