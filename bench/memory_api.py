@@ -37,16 +37,18 @@ def _sentence(rng: np.random.Generator, n: int) -> str:
     return f"note {n}: " + " ".join(rng.choice(WORDS, 8))
 
 
-def _seed(memory: Memory, user: str, items: int, text: Callable[[int], str]) -> float:
-    """``items`` turns for ``user`` (sessions of 100; turn ``n`` says ``text(n)``),
-    written through the facade; the seconds it took."""
+def _seed(memory: Memory, user: str, items: int, text: Callable[[int], str],
+          speaker: Callable[[int], str] = lambda n: "user" if n % 2 else "assistant"
+          ) -> float:
+    """``items`` turns for ``user`` (sessions of 100; turn ``n`` is ``speaker(n)`` saying
+    ``text(n)``), written through the facade; the seconds it took."""
     started = time.perf_counter()
     per_conv = 10_000
     with tqdm(total=items, unit="turn", desc=f"seed {user}") as bar:
         for c in range(0, items, per_conv):
             sessions = [SessionRecord(id=f"s{s}", messages=[
-                Message(speaker="user" if i % 2 else "assistant",
-                        content=text(c + s * 100 + i)) for i in range(100)])
+                Message(speaker=speaker(n), content=text(n))
+                for n in range(c + s * 100, c + s * 100 + 100)])
                 for s in range(min(per_conv, items - c) // 100)]
             memory.import_conversations([ConversationRecord(id=f"c{c}", sessions=sessions)],
                                         user_id=user, progress=bar.update)
@@ -93,16 +95,20 @@ def _search_after_add(memory: Memory, user: str, queries: list[str], messages: l
 def chat_search(path: Path, data: Path, items: int, calls: int) -> dict[str, Any]:
     """A search right after an add, as :func:`add_latency` times it, on a tenant of real
     chat: ``items`` turns of a LoCoMo-format file's conversations (repeated to that size),
-    queried with its questions. The synthetic tenant's few words each stand in ~40% of
-    its turns, so its posting lists are far longer than chat's; this is the other end."""
+    queried with its questions. Each turn keeps its speaker, so the questions that name one
+    run the speaker channels as they would on the conversation itself. The synthetic
+    tenant's few words each stand in ~40% of its turns, so its posting lists are far
+    longer than chat's; this is the other end."""
     conversations = parse_locomo(data)
-    texts = [t["text"] for c in conversations for _, _, turns in c.sessions for t in turns]
+    turns = [t for c in conversations for _, _, ts in c.sessions for t in ts]
+    texts = [t["text"] for t in turns]
     questions = [q.question for c in conversations for q in c.questions if q.question]
     if not texts or not questions:
         raise ValueError(f"{data}: no turns or no questions to measure with")
     rng = np.random.default_rng(0)
     memory = Memory.open(path)
-    seed_s = _seed(memory, "chat", items, lambda n: texts[n % len(texts)])
+    seed_s = _seed(memory, "chat", items, lambda n: texts[n % len(texts)],
+                   lambda n: turns[n % len(turns)]["speaker"])
     picked = rng.choice(len(questions), min(calls, len(questions)), replace=False)
     search = _search_after_add(memory, "chat", [questions[i] for i in picked],
                                [texts[int(i)] for i in rng.integers(len(texts), size=len(picked))])

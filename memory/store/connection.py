@@ -46,7 +46,7 @@ from ..schema import LATEST_VERSION, altered_tables, migrate
 from .blobs import Blobs
 from .postings import INDEXES, Postings, RowLengths, Scored
 from .rows import Facets, Ref
-from .shared import MISS, EmbedderSetting, VersionedCache
+from .shared import MISS, DenseMemo, EmbedderSetting, VersionedCache
 
 if TYPE_CHECKING:  # vectors.py builds on this module
     from .vectors import KeptVectors
@@ -167,6 +167,7 @@ class StoreConnection(EmbedderSetting):
         # last ones read inside a write transaction.
         self._kept_vectors: OrderedDict[tuple[str, str], KeptVectors] = OrderedDict()
         self._tx_vectors: KeptVectors | None = None
+        self._dense_memo = DenseMemo()  # the last dense pass (vectors.matrix_dense_refs)
 
     @classmethod
     def open(cls, path: str | Path = "memstrata.db", *, cache_mb: int = 64,

@@ -1,6 +1,6 @@
 """What both backends do the same way above their SQL: the embedder setting, embedding a
 batch of vectors, adding items in one transaction, the in-process cache of values read
-under a data version, and ids/facets over the backend's ref lookup.
+under a data version, the last dense pass, and ids/facets over the backend's ref lookup.
 
 Each backend supplies the engine-specific steps these call (``transaction``,
 ``_put_vectors``, ``_add_one``) and, where its engine needs it, ``_lock_writers``: the
@@ -74,6 +74,48 @@ class VersionedCache:
         old = self._values.pop(key, None)
         if old is not None:
             self._bytes -= old[2]
+
+
+class DenseMemo:
+    """The last dense pass of one store: the cosines of one query vector over one matrix,
+    and the rows of each speaker in one speaker array.
+
+    Matrices and speaker arrays are matched by identity: ``KeptVectors`` (and the
+    PostgreSQL cache) hand out a new array whenever rows change, never alter one in
+    place, so a held result is stale exactly when the array it was computed on is not
+    the current one. Each value is swapped in whole, so threads sharing a store can at
+    worst recompute.
+    """
+
+    def __init__(self) -> None:
+        self._pass: tuple[np.ndarray, bytes, np.ndarray] | None = None
+        self._speakers: tuple[np.ndarray, dict[str, np.ndarray]] | None = None
+
+    def held(self, matrix: np.ndarray, query_vec: np.ndarray) -> np.ndarray | None:
+        """The cosines of ``query_vec`` over ``matrix`` if this memo holds them."""
+        held = self._pass
+        if held is not None and held[0] is matrix and held[1] == query_vec.tobytes():
+            return held[2]
+        return None
+
+    def cosines(self, matrix: np.ndarray, query_vec: np.ndarray) -> np.ndarray:
+        """``matrix @ query_vec`` (unit vectors: the cosines), computed once per pair."""
+        sims = self.held(matrix, query_vec)
+        if sims is None:
+            sims = matrix @ query_vec
+            self._pass = (matrix, query_vec.tobytes(), sims)
+        return sims
+
+    def speaker_rows(self, speakers: np.ndarray, speaker: str) -> np.ndarray:
+        """The indices of ``speakers`` equal to ``speaker``, ascending."""
+        held = self._speakers
+        if held is None or held[0] is not speakers:
+            held = (speakers, {})
+            self._speakers = held
+        rows = held[1].get(speaker)
+        if rows is None:
+            rows = held[1][speaker] = np.flatnonzero(speakers == speaker)
+        return rows
 
 
 class RefLookups:

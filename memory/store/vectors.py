@@ -21,7 +21,7 @@ import numpy as np
 from ..locking import stored_value
 from .nodes import NodeLookups
 from .rows import Ref
-from .shared import EmbeddingWrites
+from .shared import DenseMemo, EmbeddingWrites
 
 
 class VectorStore(NodeLookups, EmbeddingWrites):
@@ -201,43 +201,57 @@ def matrix_dense_refs(store: Any, user_id: str, model: str, query_vec: np.ndarra
                       allowed: set[Ref] | None = None, nodes: Sequence[str] = ("turn", "item"),
                       speaker: str | None = None) -> list[tuple[Ref, float]]:
     """``dense_refs`` over ``store``'s cached matrix (``vectors``, ``vector_refs`` and, with
-    ``speaker``, ``vector_speakers``): exact cosine in NumPy, as :func:`top_cosine` ranks."""
+    ``speaker``, ``vector_speakers``): exact cosine in NumPy, as :func:`top_cosine` ranks.
+
+    ``store._dense_memo`` (a :class:`DenseMemo`) keeps the last query's cosines over the
+    whole matrix and each speaker's rows, so a search's speaker channels reuse its dense
+    channel's one pass instead of copying that speaker's rows out and scanning them again.
+    """
     if k < 1:
         return []
     _, matrix = store.vectors(user_id, model)
     if not len(matrix):
         return []
     ids = store.vector_refs(user_id, model)
-    rows = None
-    if speaker is not None:
-        nodes = tuple(n for n in nodes if n == "turn")
-        rows = np.flatnonzero(store.vector_speakers(user_id, model) == speaker)
-    return top_cosine(ids, matrix, query_vec, k, allowed, nodes, rows)
+    memo: DenseMemo = store._dense_memo
+    if speaker is None:
+        return top_cosine(ids, memo.cosines(matrix, query_vec), k, allowed, nodes)
+    nodes = tuple(n for n in nodes if n == "turn")  # items have no speaker
+    rows = memo.speaker_rows(store.vector_speakers(user_id, model), speaker)
+    if not nodes or not len(rows):
+        return []
+    sims = memo.held(matrix, query_vec)
+    if sims is not None:
+        sims = sims[rows]
+    elif len(rows) * 4 < len(matrix):  # a few rows: scanning them beats a full pass
+        sims = matrix[rows] @ query_vec
+    else:
+        sims = memo.cosines(matrix, query_vec)[rows]
+    return top_cosine(ids, sims, k, allowed, nodes, rows)
 
 
 def top_cosine(
-    ids: Sequence[Ref | None], matrix: np.ndarray, query_vec: np.ndarray, k: int,
-    allowed: set[Ref] | None, nodes: Sequence[str], rows: np.ndarray | None = None,
+    ids: Sequence[Ref | None], sims: np.ndarray, k: int, allowed: set[Ref] | None,
+    nodes: Sequence[str], rows: np.ndarray | None = None,
 ) -> list[tuple[Ref, float]]:
-    """(ref, cosine) of the ``k`` best rows of ``matrix`` (unit vectors) for ``query_vec``;
-    ``ids`` holds each row's ref (None: the node is gone).
+    """(ref, cosine) of the ``k`` best candidates, best first: ``sims[i]`` is the cosine of
+    row ``rows[i]`` (all rows in order when ``rows`` is None), ``ids`` each row's ref
+    (None: the node is gone).
 
-    ``rows`` restricts the candidates to those row indices; ``allowed`` and ``nodes``
-    filter the ranked list, which is widened until ``k`` survive or the rows run out. A
-    row whose cosine is not a number (a vector's bytes altered on disk: NaN) is left out.
+    ``allowed`` and ``nodes`` filter the ranked list, which is widened until ``k`` survive
+    or the candidates run out. A row whose cosine is not a number (a vector's bytes
+    altered on disk: NaN) is left out.
     """
-    rows = np.arange(len(ids)) if rows is None else rows
-    if not len(rows):
+    if not len(sims):
         return []
-    sims = matrix[rows] @ query_vec if len(rows) < len(ids) else matrix @ query_vec
-
-    want = min(len(rows), k)
+    want = min(len(sims), k)
     while True:
         top = np.argpartition(-sims, want - 1)[:want]
         top = top[np.argsort(-sims[top])]
-        out = [(ref, sim) for i in top if (ref := ids[rows[i]]) is not None
+        out = [(ref, sim) for i in top
+               if (ref := ids[i if rows is None else rows[i]]) is not None
                and ref[0] in nodes and (allowed is None or ref in allowed)
                and math.isfinite(sim := float(sims[i]))]
-        if len(out) >= k or want == len(rows):
+        if len(out) >= k or want == len(sims):
             return out[:k]
-        want = min(len(rows), want * 4)
+        want = min(len(sims), want * 4)

@@ -170,3 +170,36 @@ def test_a_vector_read_back_as_nan_is_left_out_of_the_dense_channel(
     found = fresh.dense_refs(U, model, query, 10)
     assert [fresh.ids(U, [r])[r] for r, _ in found] == [ids[1]]
     assert all(np.isfinite(score) for _, score in found)
+
+
+def test_speaker_channels_reuse_the_last_pass_until_a_write(
+        pair: tuple[Store, Store, str]) -> None:
+    """The dense channel's pass is reused by a speaker channel for the same query, and
+    never after a write: the new turn is found by its speaker's channel at once."""
+    store, _, model = pair
+    store.add_turns([Turn(user_id=U, conversation_id="c", session_id="s", turn_id=f"t{i}",
+                          seq=i, speaker="Ana" if i % 2 else "Ben", text=text)
+                     for i, text in enumerate(["bees and honey", "kayak", "kayak river",
+                                               "kayak river trip"])])
+    query = store.embedder.encode(["kayak river trip lamp"])[0]  # no two cosines tie
+
+    def expected(speaker: str | None) -> list[str]:
+        ids, matrix = store.vectors(U, model)
+        spoken = store.vector_speakers(U, model)
+        ranked = sorted(range(len(ids)), key=lambda i: -float(matrix[i] @ query))
+        return [ids[i] for i in ranked if speaker is None or spoken[i] == speaker]
+
+    def found(speaker: str | None) -> list[str]:
+        refs = store.dense_refs(U, model, query, 10, speaker=speaker)
+        return [store.ids(U, [r])[r] for r, _ in refs]
+
+    assert found(None) == expected(None)
+    matrix = store.vectors(U, model)[1]
+    assert store._dense_memo.held(matrix, query) is not None
+    assert found("Ana") == expected("Ana") and found("Ben") == expected("Ben")
+    [new] = store.add_turns([Turn(user_id=U, conversation_id="c", session_id="s",
+                                  turn_id="t9", seq=9, speaker="Ana",
+                                  text="kayak river trip lamp")])
+    assert store._dense_memo.held(store.vectors(U, model)[1], query) is None
+    assert found("Ana")[0] == new and found("Ana") == expected("Ana")
+    assert found("Cleo") == []

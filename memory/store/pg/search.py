@@ -37,7 +37,7 @@ import numpy as np
 from ...locking import stored_value
 from ..filters import Filters
 from ..rows import _TABLE, TURN_PREFIX, Facets, Ref, _ts, node_type
-from ..shared import MISS, RefLookups, VersionedCache
+from ..shared import MISS, DenseMemo, RefLookups, VersionedCache
 from ..vectors import matrix_dense_refs
 from .conversations import vector_text
 from .tenants import _DISTINCT, PgTenants
@@ -103,6 +103,7 @@ class PgSearch(PgTenants, RefLookups):
         super().__init__(*args, **kwargs)
         self._search = _Search()
         self._cache = VersionedCache(self.CACHE_ENTRIES, self.CACHE_BYTES)
+        self._dense_memo = DenseMemo()  # the last dense pass (vectors.matrix_dense_refs)
         self._snapshot_lock = threading.Lock()
         self._snapshot: tuple[str | None, int] = (None, 0)  # last seen, and its number
 
