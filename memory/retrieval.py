@@ -34,7 +34,7 @@ from operator import itemgetter
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from rapidfuzz import fuzz, process
 
 from . import text as textmod
@@ -53,7 +53,10 @@ score)`` pairs best first."""
 
 
 class SearchWeights(BaseModel):
-    """Fusion knobs. Channel weights multiply RRF terms; boosts multiply fused scores."""
+    """Fusion knobs. Channel weights multiply RRF terms; boosts multiply fused scores.
+    An unknown knob is refused (a misspelt one would otherwise change nothing, silently)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     lexical: float = Field(1.0, ge=0, description="bm25 over turns and items")
     idf_shift: float = Field(

@@ -64,16 +64,22 @@ def _add_embedder_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _weights(raw: str | None):
+    from pydantic import ValidationError
+
     from memstrata.memory import SearchWeights
 
     if not raw:
         return SearchWeights()
     try:
         return SearchWeights(**json.loads(raw))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        knob = ".".join(map(str, first["loc"])) or "weights"
+        raise SystemExit(f"memstrata: --weights: {knob}: "
+                         f"{_one_line(ValueError(first['msg']))} (see SearchWeights)") from None
     except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise SystemExit(
-            f"memstrata: --weights must be a JSON object of SearchWeights: {exc}"
-        ) from None
+        raise SystemExit("memstrata: --weights must be a JSON object of SearchWeights: "
+                         f"{_one_line(exc)}") from None
 
 
 def _audit(args: argparse.Namespace) -> str | Path | None:

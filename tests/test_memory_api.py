@@ -392,6 +392,24 @@ def test_cli_add_says_what_it_skipped(tmp_path, capsys, monkeypatch) -> None:
     assert Memory.open(db).store.counts("u")["turns"] == 1
 
 
+def test_cli_weights_errors_are_one_line_and_name_the_knob(tmp_path, capsys) -> None:
+    """Found by the reliability fuzzer: a knob of the wrong type printed pydantic's
+    multi-line report; a misspelt knob was ignored and the search ran on the defaults."""
+    db = str(tmp_path / "m.db")
+    assert _cli("add", "--user", "u", "--db", db, "I swim at the lido") == 0
+    capsys.readouterr()
+    for weights, says in (('{"dense": "x"}', "--weights: dense: Input should be a valid number"),
+                          ('{"dens": 0.3}', "--weights: dens: Extra inputs are not permitted"),
+                          ('{"dense": -1}', "--weights: dense: Input should be greater"),
+                          ("[1]", "must be a JSON object"), ("{bad", "must be a JSON object")):
+        assert _cli("search", "lido", "--user", "u", "--db", db, "--weights", weights) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and says in err, (weights, err)
+    assert _cli("search", "lido", "--user", "u", "--db", db, "--weights",
+                '{"dense": 0.3}') == 0
+    assert "lido" in capsys.readouterr().out
+
+
 def test_hostile_arguments_get_documented_errors(tmp_path) -> None:
     """Found by the reliability fuzzer: each of these raised TypeError, OverflowError,
     AttributeError, IndexError or a sqlite3 error from deep inside."""

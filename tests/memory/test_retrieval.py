@@ -420,3 +420,9 @@ def test_asking_prior_weighs_a_hit_by_the_share_of_it_that_asks(store: Store) ->
     assert on[asks] == pytest.approx(off[asks] * 0.6)
     assert on[half] == pytest.approx(off[half] * (1 - 0.4 * 4 / 8))
     assert on[says] == pytest.approx(off[says])
+
+
+def test_an_unknown_knob_is_refused() -> None:
+    # A misspelt knob would otherwise leave the search on its defaults, silently.
+    with pytest.raises(ValueError, match="speaker_bost"):
+        SearchWeights(speaker_bost=2.0)  # type: ignore[call-arg]
