@@ -54,9 +54,9 @@ score)`` pairs best first."""
 
 class SearchWeights(BaseModel):
     """Fusion knobs. Channel weights multiply RRF terms; boosts multiply fused scores.
-    An unknown knob is refused (a misspelt one would otherwise change nothing, silently)."""
+    An unknown knob is an error."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid")  # a misspelt knob would change nothing
 
     lexical: float = Field(1.0, ge=0, description="bm25 over turns and items")
     idf_shift: float = Field(

@@ -73,10 +73,10 @@ def _weights(raw: str | None):
     try:
         return SearchWeights(**json.loads(raw))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        knob = ".".join(map(str, first["loc"])) or "weights"
-        raise SystemExit(f"memstrata: --weights: {knob}: "
-                         f"{_one_line(ValueError(first['msg']))} (see SearchWeights)") from None
+        first = exc.errors()[0]  # the knob may be any string the user typed: one line
+        problem = ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
+        raise SystemExit(f"memstrata: --weights: {_one_line(problem)} (see SearchWeights)"
+                         ) from None
     except (json.JSONDecodeError, TypeError, ValueError) as exc:
         raise SystemExit("memstrata: --weights must be a JSON object of SearchWeights: "
                          f"{_one_line(exc)}") from None
