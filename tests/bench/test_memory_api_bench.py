@@ -39,12 +39,38 @@ def _chat_file(tmp_path: Path) -> Path:
 
 def test_chat_search_times_the_files_questions_on_its_turns_repeated(tmp_path: Path) -> None:
     found = chat_search(tmp_path / "m.db", _chat_file(tmp_path), items=300, calls=5)
-    assert (found["items"], found["calls"]) == (300, 2)  # no more calls than questions
+    # Two questions: one timed after an add, the other as the baseline (never both).
+    assert (found["items"], found["calls"]) == (300, 1)
     for side in ("after_add", "no_write_between"):
         assert 0 < found[side]["p50_ms"] <= found[side]["p95_ms"] <= found[side]["max_ms"]
     memory = Memory.open(tmp_path / "m.db")
-    assert memory.store.counts("chat")["turns"] == 300 + 2  # the seed, then one add a call
+    assert memory.store.counts("chat")["turns"] == 300 + 1  # the seed, then one add a call
     memory.close()
+
+
+def test_baseline_and_timed_searches_share_no_query(tmp_path: Path, monkeypatch) -> None:
+    import memstrata.bench.memory_api as bench
+
+    seen: dict[str, list[str]] = {}
+
+    def spy(memory, user, queries, baseline, messages):
+        seen.update(queries=queries, baseline=baseline)
+        return real(memory, user, queries, baseline, messages)
+
+    real = bench._search_after_add
+    monkeypatch.setattr(bench, "_search_after_add", spy)
+    chat_search(tmp_path / "m.db", _chat_file(tmp_path), items=200, calls=5)
+    assert seen["queries"] and seen["baseline"]
+    assert not set(seen["queries"]) & set(seen["baseline"])
+
+
+def test_chat_search_needs_two_questions(tmp_path: Path) -> None:
+    path = _chat_file(tmp_path)
+    record = json.loads(path.read_text())
+    record[0]["qa"] = record[0]["qa"][:1]
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="two distinct questions"):
+        chat_search(tmp_path / "m.db", path, items=200, calls=5)
 
 
 def test_the_bench_says_which_data_file_is_missing(tmp_path: Path,
