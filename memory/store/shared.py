@@ -107,10 +107,20 @@ class DenseMemo:
         return sims
 
     def speaker_rows(self, speakers: np.ndarray, speaker: str) -> np.ndarray:
-        """The indices of ``speakers`` equal to ``speaker``, ascending."""
+        """The indices of ``speakers`` equal to ``speaker``, ascending.
+
+        A longer view of the buffer the held array views (``KeptVectors`` after an add)
+        begins with the held rows, so only its new rows are compared."""
         held = self._speakers
         if held is None or held[0] is not speakers:
-            held = (speakers, {})
+            known: dict[str, np.ndarray] = {}
+            if held is not None and speakers.base is not None and (
+                    speakers.base is held[0].base and len(speakers) >= len(held[0])):
+                start = len(held[0])
+                new = speakers[start:]
+                known = {name: np.concatenate([found, np.flatnonzero(new == name) + start])
+                         for name, found in held[1].items()}
+            held = (speakers, known)
             self._speakers = held
         rows = held[1].get(speaker)
         if rows is None:

@@ -54,9 +54,7 @@ class VectorStore(NodeLookups, EmbeddingWrites):
             kept = self._kept(user_id, model)
             done = 0 if kept.speakers is None else len(kept.speakers)
             if kept.speakers is None or done < len(kept.ids):
-                more = self._speakers_of(user_id, kept.ids[done:])
-                kept.speakers = more if kept.speakers is None else np.concatenate(
-                    [kept.speakers, more])
+                return kept.add_speakers(self._speakers_of(user_id, kept.ids[done:]))
             return kept.speakers
 
     def vector_refs(self, user_id: str, model: str) -> list[Ref | None]:
@@ -133,9 +131,11 @@ class KeptVectors:
     """One tenant's vectors of one model, in rowid order, with the rows' refs and speakers
     filled in when first asked for (``VectorStore.vector_refs``/``vector_speakers``).
 
-    Once rows are added, ``matrix`` is a view of the first rows of a larger buffer, so
-    adding a few more copies nothing; a reader holding an earlier view keeps seeing the
-    rows it had.
+    Once rows are added, ``matrix`` (and ``speakers``) is a view of the first rows of a
+    larger buffer, so adding a few more copies nothing. A buffer's filled rows are never
+    written again: a reader holding an earlier view keeps seeing the rows it had, and a
+    longer view of the same buffer begins with them (``DenseMemo.speaker_rows`` relies on
+    it).
     """
 
     def __init__(self, key: tuple[str, str], version: tuple[int, int]) -> None:
@@ -147,6 +147,7 @@ class KeptVectors:
         self.matrix = self._buffer
         self.refs: list[Ref | None] | None = None
         self.speakers: np.ndarray | None = None
+        self._speaker_buffer = np.empty(0, dtype=object)
 
     def append(self, rows: Sequence[tuple[int, str, int, bytes]]) -> None:
         """Add rows ``(rowid, node id, dim, vector)``, rowids ascending."""
@@ -167,6 +168,19 @@ class KeptVectors:
         self.matrix = self._buffer[:total]
         self.ids = [*self.ids, *(r[1] for r in rows)]  # a new list: readers hold the old one
         self.last = (rows[-1][0], rows[-1][1], rows[-1][3])
+
+    def add_speakers(self, more: np.ndarray) -> np.ndarray:
+        """Add the speakers of the next rows (an object array), in row order; returns
+        ``speakers``."""
+        n = 0 if self.speakers is None else len(self.speakers)
+        total = n + len(more)
+        if total > len(self._speaker_buffer):
+            grown = np.empty(total + max(total // 4, 64), dtype=object)
+            grown[:n] = self._speaker_buffer[:n]
+            self._speaker_buffer = grown
+        self._speaker_buffer[n:total] = more
+        self.speakers = self._speaker_buffer[:total]
+        return self.speakers
 
     @property
     def nbytes(self) -> int:

@@ -203,3 +203,35 @@ def test_speaker_channels_reuse_the_last_pass_until_a_write(
     assert store._dense_memo.held(store.vectors(U, model)[1], query) is None
     assert found("Ana")[0] == new and found("Ana") == expected("Ana")
     assert found("Cleo") == []
+
+
+def test_speaker_rows_follow_adds_and_deletes(pair: tuple[Store, Store, str]) -> None:
+    """Each speaker's rows, kept across searches and extended from the rows an add brings,
+    are what a fresh comparison finds: after adds by known and new speakers, and after a
+    delete (a full read)."""
+    store, _, model = pair
+    query = store.embedder.encode(["kayak river trip lamp"])[0]
+    store.add_turns([Turn(user_id=U, conversation_id="c", session_id="s", turn_id=f"t{i}",
+                          seq=i, speaker="Ana" if i % 2 else "Ben", text=f"kayak note {i}")
+                     for i in range(6)])
+
+    def check() -> None:
+        ids, _ = store.vectors(U, model)
+        spoken = store.vector_speakers(U, model)
+        for name in ("Ana", "Ben", "Cleo"):
+            refs = store.dense_refs(U, model, query, 50, speaker=name)
+            found = sorted(store.ids(U, [r])[r] for r, _ in refs)
+            assert found == sorted(i for i, s in zip(ids, spoken, strict=True) if s == name)
+
+    check()
+    for n, name in enumerate(["Ana", "Cleo", "Ben", "Cleo", "Ana"]):
+        store.add_turns([Turn(user_id=U, conversation_id="c", session_id="s",
+                              turn_id=f"n{n}", seq=10 + n, speaker=name,
+                              text=f"river trip {n}")])
+        check()
+    # A delete makes the next read a full one, into a new buffer, its rows shifted down;
+    # with an add after it, as many rows as the speaker rows kept, not the same ones.
+    store.delete_turn(U, store.vectors(U, model)[0][1])
+    store.add_turns([Turn(user_id=U, conversation_id="c", session_id="s", turn_id="m",
+                          seq=20, speaker="Cleo", text="river trip again")])
+    check()
