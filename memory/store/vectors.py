@@ -156,16 +156,10 @@ class KeptVectors:
         with stored_value("a stored vector"):  # a blob cut short on disk
             block = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32
                                   ).reshape(len(rows), rows[0][2])
-        n, total = len(self.ids), len(self.ids) + len(rows)
-        if not n:  # a first read: no spare rows (most tenants are read once, never added to)
-            self._buffer = block
-        elif total > len(self._buffer):
-            grown = np.empty((total + max(total // 4, 64), block.shape[1]), np.float32)
-            grown[:n] = self.matrix
-            self._buffer = grown
-        if n:
-            self._buffer[n:total] = block
-        self.matrix = self._buffer[:total]
+        n = len(self.ids)
+        # A first read keeps no spare rows: most tenants are read once, never added to.
+        self._buffer = _appended(self._buffer, n, block) if n else block
+        self.matrix = self._buffer[:n + len(block)]
         self.ids = [*self.ids, *(r[1] for r in rows)]  # a new list: readers hold the old one
         self.last = (rows[-1][0], rows[-1][1], rows[-1][3])
 
@@ -173,13 +167,8 @@ class KeptVectors:
         """Add the speakers of the next rows (an object array), in row order; returns
         ``speakers``."""
         n = 0 if self.speakers is None else len(self.speakers)
-        total = n + len(more)
-        if total > len(self._speaker_buffer):
-            grown = np.empty(total + max(total // 4, 64), dtype=object)
-            grown[:n] = self._speaker_buffer[:n]
-            self._speaker_buffer = grown
-        self._speaker_buffer[n:total] = more
-        self.speakers = self._speaker_buffer[:total]
+        self._speaker_buffer = _appended(self._speaker_buffer, n, more)
+        self.speakers = self._speaker_buffer[:n + len(more)]
         return self.speakers
 
     @property
@@ -209,6 +198,19 @@ class KeptVectors:
         self.append(rows)
         self.version = version
         return True
+
+
+def _appended(buffer: np.ndarray, n: int, block: np.ndarray) -> np.ndarray:
+    """``buffer`` with ``block`` written from row ``n`` on; when it has no room, a new one
+    with a quarter more rows to spare, its first ``n`` rows copied. Rows before ``n`` are
+    never written."""
+    total = n + len(block)
+    if total > len(buffer):
+        grown = np.empty((total + max(total // 4, 64), *block.shape[1:]), block.dtype)
+        grown[:n] = buffer[:n]
+        buffer = grown
+    buffer[n:total] = block
+    return buffer
 
 
 def matrix_dense_refs(store: Any, user_id: str, model: str, query_vec: np.ndarray, k: int, *,
