@@ -14,12 +14,25 @@ only the protocol: which questions may choose a knob, and which are scored.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from memstrata.memory import SearchWeights
 
-from .locomo import Question
 from .metrics import recall_at_k
+
+
+class Question(Protocol):
+    """What the protocol reads of a question (LoCoMo's and ``bench.corpus``'s both have it):
+    its id, the conversation (tenant) it is asked of, and its evidence ids."""
+
+    @property
+    def qid(self) -> str: ...
+
+    @property
+    def sample_id(self) -> str: ...
+
+    @property
+    def evidence(self) -> list[str]: ...
 
 # Each knob's candidate values; the current value is always a candidate too. Channel
 # weights and priors only: structural settings (fusion, pool, the big-tenant guards) are

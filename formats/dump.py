@@ -28,7 +28,11 @@ _ORDER = ("conversation", "session", "turn", "item", "edge", "blob", "version")
 
 
 def export_tenant(store: Store, user_id: str, path: Path) -> int:
-    """Write everything of ``user_id`` to ``path`` as JSONL; returns the lines written."""
+    """Write everything of ``user_id`` to ``path`` as JSONL; returns the lines written.
+
+    The file is written beside ``path`` (``NAME.partial``) and renamed when whole; on any
+    failure the partial file is removed. Raises ``IsADirectoryError`` when ``path`` is a
+    folder, ``OSError`` when it cannot be written."""
     lines: list[dict[str, Any]] = [{"type": "header", "format": FORMAT, "version": VERSION,
                                     "user_id": user_id}]
     lines += [{"type": "conversation", **c} for c in store.conversation_rows(user_id)]
@@ -43,13 +47,31 @@ def export_tenant(store: Store, user_id: str, path: Path) -> int:
               for e in store.edges(user_id, limit=10**9)]
     lines += [{"type": "blob", **b} for b in store.blobs.export(user_id)]
     lines += [{"type": "version", **v} for v in store.version_rows(user_id)]
+    if path.is_dir():
+        raise IsADirectoryError(f"cannot export to {path}: it is a folder (name a file)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")
-    with tmp.open("w", encoding="utf-8") as out:
-        for line in lines:
-            out.write(json.dumps(line, ensure_ascii=False) + "\n")
-    tmp.replace(path)  # a crash mid-write leaves no truncated export under the name
+    try:
+        with tmp.open("w", encoding="utf-8") as out:
+            for line in lines:
+                out.write(_line(line) + "\n")
+        tmp.replace(path)  # a crash mid-write leaves no truncated export under the name
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return len(lines)
+
+
+def _line(row: dict[str, Any]) -> str:
+    """One JSONL line: UTF-8 text as it is, or, for a row stored before text was checked at
+    the door (a lone surrogate in it), JSON escapes, so the export still holds every row
+    (importing that line then names it as not valid Unicode)."""
+    text = json.dumps(row, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(row)
+    return text
 
 
 def _read(path: Path) -> tuple[str, dict[str, list[tuple[int, dict[str, Any]]]]]:
@@ -73,6 +95,8 @@ def _read(path: Path) -> tuple[str, dict[str, list[tuple[int, dict[str, Any]]]]]
         except UnicodeEncodeError:
             raise ImportFormatError(str(path), f"line {n}", "text is not valid Unicode "
                                     "(a lone surrogate)") from None
+        if "\\u0000" in text and _has_nul(row):  # PostgreSQL stores no NUL: neither does SQLite
+            raise ImportFormatError(str(path), f"line {n}", "text holds a NUL character")
         kind = row.get("type") if isinstance(row, dict) else None
         if kind == "header":
             if row.get("format") != FORMAT or row.get("version") != VERSION:
@@ -88,6 +112,22 @@ def _read(path: Path) -> tuple[str, dict[str, list[tuple[int, dict[str, Any]]]]]
     return source, groups
 
 
+def _has_nul(value: Any) -> bool:
+    """Whether a NUL character is in any key or string of JSON data (no recursion)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return True
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
 def import_tenant(store: Store, path: Path, user_id: str | None = None) -> dict[str, int]:
     """Write an export back (into ``user_id``, default the exported tenant).
 
@@ -98,20 +138,24 @@ def import_tenant(store: Store, path: Path, user_id: str | None = None) -> dict[
     source, groups = _read(path)
     user = user_id or source
     where = str(path)
-    try:
-        convs = [(n, Conversation(user_id=user, **{k: v for k, v in r.items() if k != "type"}))
-                 for n, r in groups["conversation"]]
-        sessions = [(n, Session(user_id=user, **{k: v for k, v in r.items() if k != "type"}))
-                    for n, r in groups["session"]]
-        turns = [(n, Turn(user_id=user, **{k: v for k, v in r.items() if k != "type"}))
-                 for n, r in groups["turn"]]
-        items = [(n, ITEM_ADAPTER.validate_python(
-            {"user_id": user, **{k: v for k, v in r.items() if k != "type"}}))
-            for n, r in groups["item"]]
-        edges = [(n, Edge(user_id=user, **{k: v for k, v in r.items() if k != "type"}))
-                 for n, r in groups["edge"]]
-    except ValidationError as exc:
-        raise ImportFormatError(where, "a record", exc.errors()[0]["msg"]) from None
+    def build(kind: str, make: Any) -> list[tuple[int, Any]]:
+        out = []
+        for n, r in groups[kind]:
+            try:
+                out.append((n, make({k: v for k, v in r.items() if k != "type"})))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                field = ".".join(map(str, first["loc"]))
+                raise ImportFormatError(where, f"line {n} ({kind})",
+                                        f"{field + ': ' if field else ''}{first['msg']}"
+                                        ) from None
+        return out
+
+    convs = build("conversation", lambda r: Conversation(user_id=user, **r))
+    sessions = build("session", lambda r: Session(user_id=user, **r))
+    turns = build("turn", lambda r: Turn(user_id=user, **r))
+    items = build("item", lambda r: ITEM_ADAPTER.validate_python({"user_id": user, **r}))
+    edges = build("edge", lambda r: Edge(user_id=user, **r))
     for n, blob in groups["blob"]:
         if not (isinstance(blob.get("key"), str) and isinstance(blob.get("text"), str)
                 and isinstance(blob.get("metadata") or {}, dict)):

@@ -156,10 +156,10 @@ def write_messages(records: Iterable[ConversationRecord], path: str | Path) -> P
     """Write conversations as a JSONL messages file that :func:`read_messages` reads back.
 
     Each line is one message: ``conversation_id``, ``session_id``, ``speaker``,
-    ``content``, ``timestamp`` (ISO 8601, omitted when unknown) and ``metadata`` (omitted
-    when empty). Only what the format carries survives: titles, record/session metadata,
-    empty sessions and a ``started_at`` other than the first message's
-    time are dropped. The file is replaced.
+    ``content``, ``role`` (omitted when unknown), ``timestamp`` (ISO 8601, omitted when
+    unknown) and ``metadata`` (omitted when empty). Only what the format carries survives:
+    titles, record/session metadata, empty sessions and a ``started_at`` other than the
+    first message's time are dropped. The file is replaced.
 
     Returns:
         The path written.
@@ -174,6 +174,8 @@ def write_messages(records: Iterable[ConversationRecord], path: str | Path) -> P
                 row: dict[str, Any] = {"conversation_id": conversation.id,
                                        "session_id": session.id,
                                        "speaker": message.speaker, "content": message.content}
+                if message.role is not None:
+                    row["role"] = message.role
                 if message.timestamp is not None:
                     row["timestamp"] = message.timestamp.isoformat()
                 if message.metadata:

@@ -71,6 +71,12 @@ class StaticMiniLMEmbedder:
         self._model = StaticModel.from_pretrained(str(path))
         _skip_disabled_bars()
 
+    def knows(self, word: str) -> bool:
+        """Whether ``word`` is one token of the encoder's vocabulary (not split into
+        sub-word pieces: "xyzzy" is ``x ##y ##zzy``), so its vector carries its meaning."""
+        pieces = self._model.tokenizer.encode(word, add_special_tokens=False).tokens
+        return len(pieces) == 1 and pieces[0] != self._model.tokenizer.model.unk_token
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Encode texts to unit vectors."""
         if not texts:
@@ -187,6 +193,12 @@ class MPNetEmbedder:
         self.batch_size = batch_size
         self._model = st.SentenceTransformer(str(mpnet_model_path()), device="cpu",
                                              local_files_only=True)
+
+    def knows(self, word: str) -> bool:
+        """Whether ``word`` is one token of the encoder's vocabulary (not split into
+        sub-word pieces: "xyzzy" is ``x ##y ##zzy``), so its vector carries its meaning."""
+        pieces = self._model.tokenizer.encode(word, add_special_tokens=False).tokens
+        return len(pieces) == 1 and pieces[0] != self._model.tokenizer.model.unk_token
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Encode texts to unit vectors."""

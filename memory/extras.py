@@ -29,6 +29,8 @@ import importlib.util
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
+from memstrata.errors import MemstrataError
+
 #: The distribution that provides each optional top-level module.
 PACKAGES = {
     "llama_cpp": "llama-cpp-python",
@@ -63,7 +65,7 @@ EXTRAS = {
 }
 
 
-class MissingExtraError(ImportError, RuntimeError):
+class MissingExtraError(MemstrataError, ImportError, RuntimeError):
     """An optional dependency is not installed; the message names the extra to install.
 
     An ``ImportError`` (it is one) and a ``RuntimeError`` (like the other setup errors, so

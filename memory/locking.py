@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from memstrata.errors import MemstrataError
+
 T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
@@ -71,7 +73,7 @@ FAULTS: dict[int, str] = {
 """SQLite's primary result codes that mean the file itself failed, and what each says."""
 
 
-class StoreError(sqlite3.DatabaseError):
+class StoreError(MemstrataError, sqlite3.DatabaseError):
     """The store's file could not be read or written: full disk, read-only file or folder,
     corruption, or an I/O error. What the file held before (its last commit) is untouched
     as far as SQLite can keep it; the failed statement or transaction was rolled back.

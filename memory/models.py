@@ -95,8 +95,15 @@ class Turn(_Model):
 
 
     def search_text(self) -> str:
-        """The text that is indexed: speaker, utterance and any image caption."""
-        return f"{self.speaker}: {with_caption(self.text, self.metadata)}"
+        """What is embedded, and what a reader sees: ``speaker: utterance`` and any image
+        caption (an encoder reads who said it as part of the sentence)."""
+        return f"{self.speaker}: {self.indexed_text()}"
+
+    def indexed_text(self) -> str:
+        """What the full-text index holds: the utterance and any image caption. The
+        speaker is a field there, not a word: a role label ("user") or a name would
+        otherwise match every turn its speaker said."""
+        return with_caption(self.text, self.metadata)
 
 
 class Item(_Model):

@@ -143,14 +143,34 @@ def named_speakers(question: str, known: list[str]) -> list[str]:
     return found
 
 
+# A chat's roles, as OpenAI-style messages name them: the person is ``user``, the model
+# ``assistant``. A question to the assistant says "I"/"my" for the user and "you" for it.
+_FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself|i'm|i've|i'd|i'll)\b", re.I)
+_SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself|you've|you'd|you'll)\b", re.I)
+ROLE_SPEAKERS = {"user": _FIRST_PERSON, "assistant": _SECOND_PERSON}
+"""Role speakers a question refers to by pronoun rather than by name."""
+
+
+def addressed_speakers(question: str, known: list[str]) -> list[str]:
+    """The role speakers (``user``, ``assistant``) the question refers to by pronoun:
+    "my" and "I" mean the ``user`` of a user/assistant chat, "you" the ``assistant``.
+    Only roles the tenant's memory holds as speakers count (a LoCoMo-style conversation
+    between named people has none, and is read as before)."""
+    by_name = {name.lower(): name for name in known}
+    return [by_name[role] for role, pattern in ROLE_SPEAKERS.items()
+            if role in by_name and pattern.search(question.replace("’", "'"))]
+
+
 def analyse(question: str, known_speakers: list[str], now: datetime | None = None
             ) -> QueryAnalysis:
-    """Read a question: its tokens, the speakers it names, the time span, whether it asks when."""
+    """Read a question: its tokens, the speakers it names (by name, or by pronoun for a
+    chat's ``user`` and ``assistant``), the time span, whether it asks when."""
     span = time_range(question, now)
+    named = named_speakers(question, known_speakers)
     return QueryAnalysis(
         text=question,
         tokens=textmod.tokens(question),
-        speakers=named_speakers(question, known_speakers),
+        speakers=list(dict.fromkeys(named + addressed_speakers(question, known_speakers))),
         start=span[0] if span else None,
         end=span[1] if span else None,
         asks_when=bool(_ASKS_WHEN.search(question)),

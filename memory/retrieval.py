@@ -21,6 +21,13 @@ one conversation left out at a time, is how their worth on unseen conversations 
 measured (README, "Measured": `bench retrieval --cv`).
 
 Every weight is a knob in :class:`SearchWeights`; a weight of 0 switches a channel off.
+
+A hit's ``score`` is calibrated to [0, 1] (``_calibrate``): the fused scores only rank,
+and their scale changes from query to query, so a caller could not cut at one. The best
+hit scores the query's *relevance* (the share of the query's words it holds, or its
+cosine to the query mapped to [0, 1]), and the others that relevance times their share of
+the best fused score. ``min_score`` (default :data:`DEFAULT_MIN_SCORE`) drops the hits
+below it, so a query nothing in the memory answers (``"xyzzy plugh"``) returns none.
 """
 
 from __future__ import annotations
@@ -45,6 +52,13 @@ from .models import Hit, as_utc, with_caption
 from .query import QueryAnalysis, analyse
 from .store import Facets, Filters, Ref, Store, node_type
 from .timeparse import resolve_times, says_when
+
+DEFAULT_MIN_SCORE = 0.1
+"""The calibrated score under which a hit is not returned (see ``Retriever.search``)."""
+COSINE_NONE, COSINE_FULL = 0.2, 0.6
+"""A dense cosine at or below ``COSINE_NONE`` says nothing of relevance; one at
+``COSINE_FULL`` or above counts as fully relevant (the default static encoder's
+unrelated short texts score about 0-0.2 against a question)."""
 
 Channel = tuple[str, float, list[tuple[Ref, float]]]
 """One ranked list of a search: its name (``lexical``, ``feedback``, ``expansion``,
@@ -156,13 +170,19 @@ class Retriever:
         filters: Filters | None = None,
         nodes: Sequence[str] = ("turn", "item"),
         now: datetime | None = None,
+        min_score: float = DEFAULT_MIN_SCORE,
     ) -> list[Hit]:
-        """The ``k`` best turns and items of one tenant for ``query``, best first; fewer
-        when fewer have a score above zero."""
+        """The ``k`` best turns and items of one tenant for ``query``, best first.
+
+        Each hit's ``score`` is in [0, 1], the best hit's being the query's relevance to
+        the memory (see the module); hits scoring under ``min_score`` are left out, so a
+        search may return fewer than ``k`` hits, or none (``min_score=0`` keeps every hit
+        any channel scored above zero)."""
         if k <= 0:
             return []
         with self.store.reading():
-            return self._search(user_id, query, k, filters, nodes, now)
+            hits = self._search(user_id, query, k, filters, nodes, now)
+        return [h for h in hits if h.score >= min_score]
 
     def _search(self, user_id: str, query: str, k: int, filters: Filters | None,
                 nodes: Sequence[str], now: datetime | None) -> list[Hit]:
@@ -207,8 +227,50 @@ class Retriever:
         # The text priors' rows are this search's rows too: read only the others.
         rows = {i: rows[i] for i, _, _ in top if i in rows}
         rows |= self.store.nodes(user_id, [i for i, _, _ in top if i not in rows])
+        top = [(i, score, ref) for i, score, ref in top if i in rows]
+        cosines = {ref: c for name, _, ranked in rankings if name == "dense" for ref, c in ranked}
+        calibrated = self._calibrate(user_id, qa, [(rows[i]["text"], score, cosines.get(ref))
+                                                   for i, score, ref in top], expansion)
         return [_hit(node_id, score, rows[node_id], _contributions(ref, parts))
-                for node_id, score, ref in top if node_id in rows]
+                for (node_id, _, ref), score in zip(top, calibrated, strict=True)]
+
+    def _calibrate(self, user_id: str, qa: QueryAnalysis,
+                   ranked: list[tuple[str, float, float | None]],
+                   expansion: Sequence[str] = ()) -> list[float]:
+        """Scores in [0, 1] for ``(text, fused score, dense cosine)`` hits, best first.
+
+        A hit's relevance is the larger of the share of the query's content words (less
+        the speakers it names) its text holds (a word it lacks counts half when the hit
+        holds one of the query's expansion words instead), and its cosine to the query mapped from
+        ``COSINE_NONE``..``COSINE_FULL`` to 0..1 and scaled by the share of those words
+        the memory or the encoder knows: a word neither has ever seen ("xyzzy") carries
+        no meaning an encoder could match, whatever cosine its sub-word pieces reach.
+        The query's relevance is its best hit's; each hit scores it times its fused
+        score over the best fused score, so scores fall as the ranking does.
+        """
+        if not ranked:
+            return []
+        words = set(qa.content_tokens) - {t for s in qa.speakers for t in textmod.tokens(s)}
+        known = 1.0
+        if words and ranked[0][2] is not None:
+            held = self.store.known_terms(user_id, sorted(words))
+            knows = getattr(self.embedder, "knows", None)
+            unknown = [w for w in words if w not in held
+                       and not (knows is not None and knows(w))]
+            known = 1.0 - len(unknown) / len(words)
+        relevance = 0.0
+        near = set(expansion)
+        for text, _, cosine in ranked:
+            held = set(textmod.tokens(text))
+            matched = len(words & held)
+            stand_ins = min(len(near & held), len(words) - matched)
+            lexical = (matched + 0.5 * stand_ins) / len(words) if words else 0.0
+            dense = 0.0 if cosine is None else known * min(max(
+                (cosine - COSINE_NONE) / (COSINE_FULL - COSINE_NONE), 0.0), 1.0)
+            relevance = max(relevance, lexical, dense)
+        best = ranked[0][1]
+        return [round(relevance * fused / best, 6) if best > 0 else 0.0
+                for _, fused, _ in ranked]
 
     # -- channels -------------------------------------------------------------------------
 

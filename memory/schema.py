@@ -1,6 +1,8 @@
 """The store's schema as ordered migrations, each applied once and recorded.
 
-A migration is (version, name, SQL). ``migrate`` applies the missing ones in order, each
+A migration is (version, name, SQL), or (version, name, a function of the connection)
+where a step needs Python (re-tokenising the full-text rows). ``migrate`` applies the
+missing ones in order, each
 in its own transaction together with its row in ``schema_migrations``, so a crash leaves
 the database at a recorded version. New versions are appended; old ones never change.
 
@@ -15,11 +17,12 @@ prompted it ("Which book do you recommend?"), and bm25 weighs that column down, 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from .locking import StoreError
+from .locking import StoreError, stored_json
 
 _PREFIXED = (
     "CASE WHEN coalesce({column}, '') = '' THEN {column} ELSE (SELECT group_concat("
@@ -28,7 +31,37 @@ _PREFIXED = (
 )
 """SQL for one FTS column with each term prefixed by its row's tenant token."""
 
-MIGRATIONS: list[tuple[int, str, str]] = [
+def _speakerless_turn_index(conn: sqlite3.Connection) -> None:
+    """Rewrite every turn's full-text body and context from its text alone.
+
+    Earlier versions indexed ``speaker: text``, so a role label ("user") or a speaker's
+    name was a word of every turn that speaker said; it is a field now
+    (``Turn.indexed_text``). The context column holds the nearest part of the turns on
+    either side in the session (``text.context_of``), as ``Store._index_turns`` writes it.
+    """
+    from itertools import groupby
+
+    from . import text as textmod
+    from .models import with_caption
+    from .store.rows import tenant_token
+
+    rows = conn.execute(
+        "SELECT rowid, id, user_id, conversation_id, session_id, text, metadata FROM turns"
+        " ORDER BY user_id, conversation_id, session_id, seq").fetchall()
+    updates = []
+    for key, group in groupby(rows, key=lambda r: r[2:5]):
+        session = list(group)
+        texts = [with_caption(r[5], stored_json(r[6], f"turn {r[1]}", dict)) for r in session]
+        prefix = tenant_token(key[0])
+        updates += [(textmod.index_text(texts[n], prefix),
+                     textmod.index_text(textmod.context_of(texts, n), prefix), row[0])
+                    for n, row in enumerate(session)]
+    conn.executemany("UPDATE turns_fts SET body = ?, context = ? WHERE rowid = ?", updates)
+
+
+Migration = tuple[int, str, "str | Callable[[sqlite3.Connection], None]"]
+
+MIGRATIONS: list[Migration] = [
     (
         1,
         "conversations, sessions, turns",
@@ -263,6 +296,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX items_tenant_about ON items (user_id, about) WHERE about IS NOT NULL
         """,
     ),
+    (10, "speaker-free turn index", _speakerless_turn_index),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
@@ -309,8 +343,11 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
         try:
             if conn.execute("SELECT 1 FROM schema_migrations WHERE version = ?",
                             (version,)).fetchone() is None:
-                for statement in filter(str.strip, sql.split(";")):
-                    conn.execute(statement)
+                if callable(sql):
+                    sql(conn)
+                else:
+                    for statement in filter(str.strip, sql.split(";")):
+                        conn.execute(statement)
                 conn.execute(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     (version, name, datetime.now(UTC).isoformat()),

@@ -62,6 +62,38 @@ def tokens(text: str) -> list[str]:
     return _stemmer().stemWords([w for w in kept if w])
 
 
+NEIGHBOUR_CHARS = 1000
+"""How much of a neighbouring turn a turn's context holds (``nearest``): its sentences
+next to the turn. A short turn's neighbours in LoCoMo fit whole; a long assistant answer
+beside a short "thanks" would otherwise make the thanks match everything the answer said
+(and copy a huge message into both neighbours' index rows)."""
+
+
+def nearest(text: str, chars: int | None = None, *, end: bool = False) -> str:
+    """At most ``chars`` (default :data:`NEIGHBOUR_CHARS`) characters of ``text``, cut at
+    a space: its start, or with ``end`` its end (the part of a preceding turn next to the
+    one after it)."""
+    chars = NEIGHBOUR_CHARS if chars is None else chars
+    if len(text) <= chars:
+        return text
+    if end:
+        cut = text[-chars:]
+        return cut.split(" ", 1)[1] if " " in cut[1:] else cut
+    cut = text[:chars]
+    return cut.rsplit(" ", 1)[0] if " " in cut else cut
+
+
+def context_of(texts: list[str], n: int) -> str:
+    """The context of the ``n``-th of a session's turn texts, as the full-text index holds
+    it: the end of the turn before it and the start of the turn after it."""
+    around = []
+    if n > 0:
+        around.append(nearest(texts[n - 1], end=True))
+    if n + 1 < len(texts):
+        around.append(nearest(texts[n + 1]))
+    return " ".join(around)
+
+
 def index_text(text: str, tenant: str = "") -> str:
     """The string stored in an FTS5 column: normalised tokens joined by spaces, each
     prefixed with the tenant's token when one is given (``tenant_term``)."""

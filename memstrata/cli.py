@@ -32,13 +32,19 @@ from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
 from memstrata.mcp_commands import add_mcp_parser
 from memstrata.memory.store.opener import describe, open_store, store_missing
-from memstrata.memory_commands import add_memory_parsers
+from memstrata.memory_commands import NotFound, add_durability_arg, add_memory_parsers, no_store
 from memstrata.model_commands import add_doctor_parser, add_models_parser
 from memstrata.personal_commands import add_reconcile_args, cmd_reconcile
 from memstrata.programs.models import EMBEDDED
 from memstrata.verify_commands import add_verify_parser
 
 DEFAULT_DB = "memstrata.db"
+EXIT_CODES = ("exit status: 0 done; 1 not found (no store at --db, no such memory or run) "
+              "or a negative answer (migrate --check with migrations pending, a benchmark "
+              "or doctor check that failed, a confirmation declined); 2 a usage error or "
+              "refused input (a bad argument, a file that is not in its format, text or "
+              "metadata the store refuses), a file that cannot be read or written, or a "
+              "store fault (full disk, read-only, corrupt). Errors are one line on stderr.")
 _SHARED = Path("..") / "shared" / "data" / "locomo"
 
 
@@ -98,7 +104,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
     convs = read_locomo(args.file)
     embedder = _embedder(not args.no_embed, args.embedder)
-    with open_store(args.db, embedder=embedder) as store, tqdm(
+    with open_store(args.db, embedder=embedder, durability=args.durability) as store, tqdm(
         total=sum(c.turn_count for c in convs), unit="turn", desc="load"
     ) as bar:
         stats = load_locomo(store, convs, embedder=embedder, progress=bar.update)
@@ -113,8 +119,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from memstrata.memory import Filters, Retriever
 
     if store_missing(args.db):
-        raise SystemExit(f"memstrata: no store at {describe(args.db)} (create one with "
-                         "'memstrata load')")
+        raise no_store(args.db)
     filters = Filters(
         kinds=args.kind, speaker=args.speaker, conversation_id=args.conversation,
         start=args.since, end=args.until,
@@ -161,7 +166,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """Row counts of a store (all tenants, or one)."""
 
     if store_missing(args.db):
-        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
+        raise no_store(args.db)
     with open_store(args.db) as store:
         print(json.dumps(store.counts(args.user), indent=2))
     return 0
@@ -175,10 +180,15 @@ def _report(table: str, paths: list[Path]) -> int:
 
 
 def cmd_bench_retrieval(args: argparse.Namespace) -> int:
-    """LoCoMo evidence recall@5/10/25 for memstrata and three baselines in one run."""
+    """Evidence recall@5/10/25 of memstrata, its lexical and dense channels alone and two
+    rank-bm25 baselines, on every corpus given (LoCoMo, LongMemEval or labelled-messages
+    files; by default LoCoMo dev and the shipped assistant corpus) in one run."""
+    from memstrata.bench.corpora import ASSISTANT
     from memstrata.bench.report import retrieval_table, write_retrieval_outputs
     from memstrata.bench.retrieval import run_retrieval_bench
+    from memstrata.bench.retrieval_md import retrieval_markdown, write_retrieval_markdown
 
+    data = args.data or [str(_SHARED / "locomo_dev.json"), str(ASSISTANT)]
     rerank_lm = None
     if args.rerank_lm:
         from memstrata.programs import setup_lm
@@ -186,15 +196,24 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
         if args.rerank_depth < 2:
             raise SystemExit("memstrata: --rerank-depth must be 2 or more")
         rerank_lm = setup_lm(args.rerank_lm)
+    # An audit file sits beside a LoCoMo file as <data>_audit_errors.json unless named.
+    audits = {path: args.audit or _beside(path) for path in data}
     doc = run_retrieval_bench(
-        args.data, audit=_audit(args), embedder=_embedder(not args.no_dense, args.embedder),
+        data, audit=audits, embedder=_embedder(not args.no_dense, args.embedder),
         weights=_weights(args.weights), db_path=args.db, limit=args.limit,
         cv=args.cv, cv_rounds=args.cv_rounds,
         encoders=[_embedder(True, name, "--encoders")
                   for name in _csv(args.encoders, "--encoders") or []],
         rerank_lm=rerank_lm, rerank_depth=args.rerank_depth,
     )
-    return _report(retrieval_table(doc), write_retrieval_outputs(doc, args.out))
+    paths = [*write_retrieval_outputs(doc, args.out), write_retrieval_markdown(doc, args.out)]
+    locomo_only = doc["benchmark"] == "locomo-retrieval"
+    return _report(retrieval_table(doc) if locomo_only else retrieval_markdown(doc), paths)
+
+
+def _beside(data: str) -> Path | None:
+    path = Path(data).with_name(Path(data).stem + "_audit_errors.json")
+    return path if path.exists() else None
 
 
 def _csv(raw: str | None, what: str, cast: type = str) -> list | None:
@@ -403,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="memstrata",
         description="Layered long-term memory for DSPy agents, in one SQLite file. "
         "Runs offline on the embedded embedding model; nothing is sent anywhere.",
+        epilog=EXIT_CODES,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -413,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (lexical only)")
     _add_embedder_arg(p)
+    add_durability_arg(p)
     p.set_defaults(func=cmd_load)
 
     p = sub.add_parser("ingest", help="load conversations and extract facts, QA pairs, "
@@ -569,11 +590,16 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Benchmarks; each writes JSON and a PNG chart to --out.")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
 
-    p = bsub.add_parser("retrieval", help="LoCoMo evidence recall, four retrievers side by side",
+    p = bsub.add_parser("retrieval", help="evidence recall on several corpora, memstrata "
+                        "beside BM25 and its own channels alone",
                         description=cmd_bench_retrieval.__doc__
                         + " No LLM is used unless --rerank-lm is given.")
-    _add_data_arg(p)
-    _add_audit_arg(p)
+    p.add_argument("--data", action="append", metavar="FILE",
+                   help="a corpus: LoCoMo, LongMemEval or labelled-messages JSON (told apart "
+                   "by shape); repeat for several (default: ../shared/data/locomo/"
+                   "locomo_dev.json and the shipped assistant corpus)")
+    p.add_argument("--audit", help="audit corrections JSON for the LoCoMo files (default: "
+                   "<data>_audit_errors.json beside each, if present)")
     p.add_argument("--out", default="out", help="output folder (default ./out)")
     p.add_argument("--db", help="build the store in this file instead of a temporary one; a "
                    "postgresql:// URL (an empty database) also builds it there and scores "
@@ -584,9 +610,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_embedder_arg(p)
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
     p.add_argument("--cv", action="store_true",
-                   help="also cross-validate memstrata's knobs: each conversation scored with "
-                   "knobs chosen on the others (leave-one-conversation-out); needs two "
-                   "conversations or more")
+                   help="also cross-validate memstrata's knobs on each corpus: each "
+                   "conversation scored with knobs chosen on the others of its corpus "
+                   "(leave-one-conversation-out); needs two conversations or more per corpus")
     p.add_argument("--encoders", metavar="NAMES",
                    help="more embedders to measure in the same run, comma-separated names "
                    "or model2vec folders (e.g. mpnet,minilm): each adds dense:<model> and "
@@ -730,15 +756,30 @@ def _one_line(exc: BaseException, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class CommandExit(SystemExit):
+    """A command's refusal on its way out of :func:`main`: ``code`` is the exit status
+    (1 or 2, see :data:`EXIT_CODES`), ``str()`` the message (already printed)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(code)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``memstrata`` console command.
+    """Entry point of the ``memstrata`` console command (exit codes: :data:`EXIT_CODES`).
 
     Every failure a user can cause or meet ends here as one line on stderr and exit code
     2: bad input (``ValueError``: the library's refusal of an argument, text that is not
     valid Unicode; ``OverflowError``: a number too large for SQLite), files that cannot
     be read or written (``OSError``), a store that is full, read-only or corrupt
     (``StoreError``, any ``sqlite3.Error``), a model that is not set up
-    (``RuntimeError``). Anything else is a bug and keeps its traceback.
+    (``RuntimeError``), and a command's own refusal (``SystemExit`` with a message: it is
+    printed, and re-raised as :class:`CommandExit` with code 2). Something asked for that
+    is not there (``NotFound``: no store, no such memory) exits 1 the same way. Anything
+    else is a bug and keeps its traceback.
     """
     import sqlite3
 
@@ -747,6 +788,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(_one_line(SystemExit(exc.code)), file=sys.stderr)
+        raise CommandExit(exc.code, 1 if isinstance(exc, NotFound) else 2) from None
     except (LoCoMoError, ValueError, OverflowError, OSError, RuntimeError, sqlite3.Error
             ) as exc:
         print(f"memstrata: {_one_line(exc)}", file=sys.stderr)

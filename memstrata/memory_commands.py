@@ -1,6 +1,7 @@
 """The ``Memory`` verbs on the command line: ``add``, ``get``, ``history``, ``delete``,
 ``forget``, ``import`` and ``export``. Each prints JSON; bad input is a one-line error
-and exit code 2, with nothing written."""
+and exit code 2, with nothing written; a store or memory that is not there, exit code 1
+(:class:`NotFound`; ``cli.main`` holds the convention)."""
 
 from __future__ import annotations
 
@@ -14,19 +15,31 @@ from memstrata.memory.store.opener import describe, store_missing
 FORMATS = ("messages", "locomo", "longmemeval")
 
 
+class NotFound(SystemExit):
+    """A command's exit for something asked for that is not there (a store, a memory, a
+    run): its message, and exit code 1 (other refusals exit 2; see ``cli.main``)."""
+
+
+def no_store(db: str) -> NotFound:
+    """The exit for a ``--db`` path with no store yet."""
+    return NotFound(f"memstrata: no store at {describe(db)} (create one with 'memstrata "
+                    "add' or 'memstrata import', or give --db)")
+
+
 def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None) -> Any:
     from memstrata import Memory
 
     if must_exist and store_missing(args.db):
-        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
-    return Memory.open(args.db, lm=lm)
+        raise no_store(args.db)
+    return Memory.open(args.db, lm=lm, durability=getattr(args, "durability", "normal"))
 
 
 def cmd_add(args: argparse.Namespace) -> int:
     """Add messages for a user: the text argument (said by --speaker), or, with no text,
     JSONL messages on stdin ({"role"|"speaker", "content", "timestamp"?} a line).
-    Prints one JSON event per line (a message without text is skipped, and said so on
-    stderr). Facts are extracted only with --lm."""
+    Prints one JSON event per line, one per message (NONE with its reason for one not
+    stored: a repeat, a system prompt, tool plumbing, no text; a message without text is
+    also counted on stderr), then the facts, extracted only with --lm."""
     if args.text is not None:
         messages: Any = [{"speaker": args.speaker, "content": args.text}]
     else:
@@ -51,7 +64,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             raise SystemExit(f"memstrata: {exc}") from None
     for event in events:
         print(json.dumps(event, ensure_ascii=False))
-    skipped = len(messages) - sum(e.get("kind") == "turn" for e in events)
+    skipped = sum(e.get("reason") in ("blank", "no_text") for e in events)
     if skipped:  # Memory.add skips a message without text (a tool call alone)
         print(f"memstrata: {skipped} message{'s' * (skipped > 1)} without text skipped",
               file=sys.stderr)
@@ -63,7 +76,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     with _open(args) as memory:
         found = memory.get(args.id, user_id=args.user)
     if found is None:
-        raise SystemExit(f"memstrata: no memory {args.id!r}")
+        raise NotFound(f"memstrata: no memory {args.id!r}")
     print(json.dumps(found, ensure_ascii=False))
     return 0
 
@@ -73,7 +86,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     with _open(args) as memory:
         versions = memory.history(args.id, user_id=args.user)
     if not versions:
-        raise SystemExit(f"memstrata: no memory {args.id!r}")
+        raise NotFound(f"memstrata: no memory {args.id!r}")
     for version in versions:
         print(version.model_dump_json(exclude={"node"} if not args.full else None))
     return 0
@@ -83,7 +96,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     """Delete one turn or item (its versions, vectors, index rows and edges too)."""
     with _open(args) as memory:
         if not memory.delete(args.id, user_id=args.user):
-            raise SystemExit(f"memstrata: no memory {args.id!r}")
+            raise NotFound(f"memstrata: no memory {args.id!r}")
     print(json.dumps({"id": args.id, "event": "DELETE"}))
     return 0
 
@@ -123,8 +136,10 @@ def read_records(path: str, fmt: str) -> list[Any]:
 def cmd_import(args: argparse.Namespace) -> int:
     """Import conversations from a file into one user, all or nothing: a documented
     messages JSON/JSONL file, LoCoMo JSON, or LongMemEval JSON (each haystack its own
-    conversation), or a memstrata export (--format export). No facts are extracted
-    unless --lm is given."""
+    conversation), or a memstrata export (--format export). A conversation the user
+    already has (the same id: 'default' when the file names none, as for 'add') keeps its
+    turns and gets the file's appended; --replace deletes its turns first. No facts are
+    extracted unless --lm is given."""
     from tqdm import tqdm
 
     from memstrata.formats import ImportFormatError
@@ -138,12 +153,15 @@ def cmd_import(args: argparse.Namespace) -> int:
                 total = sum(len(s.messages) for r in records for s in r.sessions)
                 with tqdm(total=total, unit="turn", desc="import", disable=args.quiet) as bar:
                     counts = memory.import_conversations(records, user_id=args.user,
-                                                         progress=bar.update)
+                                                         progress=bar.update,
+                                                         replace=args.replace)
                 if args.lm is not None:
                     counts["facts"] = sum(e["event"] != "NONE"
                                           for e in memory.flush(args.user))
-    except (ImportFormatError, ValueError) as exc:
+    except ImportFormatError as exc:  # names the file and the line or record
         raise SystemExit(f"memstrata: {exc}") from None
+    except ValueError as exc:
+        raise SystemExit(f"memstrata: {args.file}: {exc}") from None
     print(json.dumps({"db": describe(args.db), "user_id": args.user, **counts}))
     return 0
 
@@ -164,6 +182,7 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
         p.add_argument("--db", default=default_db,
                        help=f"store file or postgresql:// URL (default {default_db})")
         p.add_argument("--user", required=user_required, help="the tenant")
+        add_durability_arg(p)
 
     p = sub.add_parser("add", help="add messages for a user (text, or JSONL on stdin)",
                        description=cmd_add.__doc__)
@@ -199,6 +218,9 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
     p.add_argument("--format", required=True, choices=(*FORMATS, "export"))
     common(p)
     p.add_argument("--lm", help="also extract facts with this model")
+    p.add_argument("--replace", action="store_true",
+                   help="replace a conversation the user already has under the same id "
+                   "(its turns are deleted first); without it, the file's are appended")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_import)
 
@@ -207,3 +229,11 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
     p.add_argument("file")
     common(p)
     p.set_defaults(func=cmd_export)
+
+
+def add_durability_arg(p: argparse.ArgumentParser) -> None:
+    """``--durability normal|full`` (``Memory.open``'s ``durability``)."""
+    p.add_argument("--durability", choices=("normal", "full"), default="normal",
+                   help="SQLite: 'full' syncs every commit to the disk (it survives a power "
+                   "loss; writes are slower); 'normal' (the default) survives a crash of "
+                   "the process")

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
+from memstrata.errors import MemstrataError
+
 T = TypeVar("T")
 
 
-class UnboundProgramError(RuntimeError):
+class UnboundProgramError(MemstrataError, RuntimeError):
     """A program copy (or one built without its resources) was run with nothing bound."""
 
 

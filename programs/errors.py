@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from memstrata.errors import MemstrataError
 
-class ModelSetupError(RuntimeError):
+
+class ModelSetupError(MemstrataError, RuntimeError):
     """No language model could be set up; the message says what to install or set."""
 
 
-class ProgramParseError(RuntimeError):
+class ProgramParseError(MemstrataError, RuntimeError):
     """A model's output could not be parsed into a program's fields, even after a retry.
 
     Attributes:

@@ -38,6 +38,8 @@ from memstrata.memory.persona import build_persona
 from memstrata.trajectories import Recorder
 from pydantic import BaseModel, Field
 
+from memstrata.errors import MemstrataError
+
 from .cache import JsonlCache
 from .errors import ProgramParseError
 from .extractor import ExtractMemories, Extractor, format_demo
@@ -47,7 +49,7 @@ from .structured import CompactJSONAdapter
 SOURCE = "extractor"
 
 
-class IngestError(RuntimeError):
+class IngestError(MemstrataError, RuntimeError):
     """The ingest cannot run as configured (the plan would break the call cap)."""
 
 

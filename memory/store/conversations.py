@@ -264,7 +264,7 @@ class ConversationStore(VectorStore):
                 f" WHERE {same} AND seq > ? ORDER BY seq LIMIT 2)), ?) ORDER BY seq",
                 (*key, *key, lo, lo, *key, hi, hi),
             ).fetchall()
-            texts = [f"{r[3]}: {with_caption(r[4], stored_json(r[5], f'turn {r[1]}', dict))}"
+            texts = [with_caption(r[4], stored_json(r[5], f"turn {r[1]}", dict))
                      for r in window]
             before = [n for n, r in enumerate(window) if r[2] < lo]
             after = [n for n, r in enumerate(window) if r[2] > hi]
@@ -273,9 +273,7 @@ class ConversationStore(VectorStore):
             prefix = tenant_token(user)
             for n in touched:
                 rowid, node_id = window[n][0], window[n][1]
-                context = textmod.index_text(
-                    " ".join(texts[m] for m in (n - 1, n + 1) if 0 <= m < len(window)), prefix
-                )
+                context = textmod.index_text(textmod.context_of(texts, n), prefix)
                 if node_id in new_ids:
                     inserts.append((rowid, textmod.index_text(texts[n], prefix), context))
                 else:
@@ -299,7 +297,8 @@ class ConversationStore(VectorStore):
         ]
 
     def _previous_texts(self, turns: Sequence[Turn]) -> list[str]:
-        """The text of the turn before each turn in its session ("" for a session's first)."""
+        """The end of the turn before each turn in its session (``text.nearest``; "" for a
+        session's first)."""
         out: list[str] = []
         last: dict[tuple[str, str, str], tuple[int, str]] = {}
         for t in turns:
@@ -312,9 +311,9 @@ class ConversationStore(VectorStore):
                     " conversation_id = ? AND session_id = ? AND seq < ? ORDER BY seq DESC"
                     " LIMIT 1", (t.user_id, t.conversation_id, t.session_id, t.seq),
                 ).fetchone()
-                out.append(f"{row[0]}: {with_caption(row[1], stored_json(row[2], 'a turn', dict))}"
-                           if row else "")
-            last[key] = (t.seq, t.search_text())
+                said = with_caption(row[1], stored_json(row[2], "a turn", dict)) if row else ""
+                out.append(textmod.nearest(f"{row[0]}: {said}", end=True) if row else "")
+            last[key] = (t.seq, textmod.nearest(t.search_text(), end=True))
         return out
 
     def _next_turn(self, turn: Turn) -> list[Turn]:

@@ -13,6 +13,13 @@ file. The deletion is atomic (one transaction); the scrub after it is not: a cra
 between the two leaves the tenant's rows gone but some of its bytes on disk until the
 next ``VACUUM``. Nothing of any other tenant is read or changed.
 
+``scrubbing`` does the same scrub around any other deletion (``Memory.delete`` of one turn
+or item, an import that replaces a conversation): the deleted rows' text is also in FTS5
+segments, in the ``context`` column of the turns beside a deleted turn (rewritten without
+it, the old copy left behind) and in kept versions; each of those is deleted with the row,
+and the scrub removes what the file still held of them. Its cost is ``VACUUM``'s: the
+whole file is rewritten (about a second per 100 MB), under the store's lock.
+
 Part of the store (moved here from ``memory/forget.py``, which re-exports its names);
 ``Store.forget_user`` calls it. SQLite-specific throughout: ``sqlite_master`` and ``PRAGMA
 table_info`` to find the tenant tables (PostgreSQL: ``information_schema.columns``), the
@@ -22,6 +29,8 @@ WAL checkpoint (a server backend deletes the rows and leaves the scrub to its ow
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ..locking import is_busy
@@ -64,16 +73,52 @@ def forget_tenant(store: Store, user_id: str) -> dict[str, int]:
                                            (user_id,)).rowcount
                 if count:
                     deleted[table] = count
-            for fts in _FTS.values():
-                store.conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
+            _optimize(store)
     finally:
         store.conn.execute("PRAGMA secure_delete = OFF")
-    if store.path != ":memory:" and not store.conn.in_transaction:
-        try:
-            store.conn.execute("VACUUM")
-            store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except Exception as exc:  # another process holds the file: the rows are gone
-            if not is_busy(exc):
-                raise
+    _rebuild(store)
     store.forget_cached(user_id)
     return deleted
+
+
+@contextmanager
+def scrubbing(store: Store, user_id: str) -> Iterator[None]:
+    """Deletions of ``user_id``'s rows inside leave no byte of them in the file.
+
+    ``secure_delete`` zeroes the pages they free; once the block ends without an error,
+    the FTS5 indexes are rewritten without their entries, the file is rebuilt from its
+    live rows (``VACUUM``) and the write-ahead log checkpointed into it, and the tenant's
+    cached values are dropped. Opened inside a transaction, the scrub is left to the next
+    ``VACUUM`` (it cannot run before the commit). Another process holding the file: the
+    rows are deleted and the rebuild skipped (as in ``forget_tenant``).
+    """
+    store.conn.execute("PRAGMA secure_delete = ON")
+    try:
+        yield
+        with store.transaction():
+            _optimize(store)
+    finally:
+        store.conn.execute("PRAGMA secure_delete = OFF")
+    _rebuild(store)
+    store.forget_cached(user_id)
+
+
+def _optimize(store: Store) -> None:
+    """Rewrite both FTS5 indexes as one segment each: a deleted row's terms otherwise stay
+    in the segments written before its delete marker until a merge."""
+    for fts in _FTS.values():
+        store.conn.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
+
+
+def _rebuild(store: Store) -> None:
+    """``VACUUM`` and a truncating checkpoint, unless in a transaction or the file is busy
+    (another process reading or writing it: the rows are gone, the bytes go at the next
+    ``VACUUM``)."""
+    if store.path == ":memory:" or store.conn.in_transaction:
+        return
+    try:
+        store.conn.execute("VACUUM")
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except Exception as exc:
+        if not is_busy(exc):
+            raise

@@ -75,7 +75,8 @@ def test_round_trip(tmp_path: Path) -> None:
     assert read_messages(out) == records
     first = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
     assert first == {"conversation_id": "c1", "session_id": "s1", "speaker": "user",
-                     "content": "I moved to Lisbon", "timestamp": "2024-05-01T09:30:00+00:00"}
+                     "content": "I moved to Lisbon", "role": "user",
+                     "timestamp": "2024-05-01T09:30:00+00:00"}
 
 
 def test_round_trip_keeps_odd_text(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from psycopg.types.json import Jsonb
 
+from ... import text as textmod
 from ...locking import stored_value
 from ...models import Conversation, Session, Turn, utcnow, with_caption
 from ..rows import TURN_PREFIX, _dt, _new_id, _ts
@@ -224,9 +225,10 @@ class PgConversations(PgConnection, EmbeddingWrites):
                         " AND conversation_id = %s AND session_id = %s AND seq < %s"
                         " ORDER BY seq DESC LIMIT 1",
                         (t.user_id, t.conversation_id, t.session_id, t.seq))
-                    out.append(f"{rows[0][0]}: {with_caption(rows[0][1], rows[0][2])}"
+                    said = with_caption(rows[0][1], rows[0][2]) if rows else ""
+                    out.append(textmod.nearest(f"{rows[0][0]}: {said}", end=True)
                                if rows else "")
-                last[key] = (t.seq, t.search_text())
+                last[key] = (t.seq, textmod.nearest(t.search_text(), end=True))
         return out
 
     def _next_turn(self, turn: Turn) -> list[Turn]:

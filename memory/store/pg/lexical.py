@@ -46,6 +46,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from ... import text as textmod
@@ -161,6 +162,35 @@ _WINDOW = (
 
 Doc = tuple[int, list[str], list[str]]
 """A row to index: ``(rowid, body tokens, context tokens)``."""
+
+
+def reindex_all_turns(conn: Any) -> None:
+    """Rebuild every tenant's turn postings from the turns' text (the schema migration
+    that made the speaker a field, not a word: earlier versions indexed
+    ``speaker: text``). Runs on the owner's connection inside the migration's
+    transaction; a turn's context is as ``PgLexical._index_turns`` writes it."""
+    for table in ("lexical_postings", "lexical_rows", "lexical_terms", "lexical_totals"):
+        conn.execute(f"DELETE FROM {table} WHERE node = 'turn'")
+    rows = conn.execute(
+        "SELECT rowid, user_id, conversation_id, session_id, text, metadata FROM turns"
+        " ORDER BY user_id, conversation_id, session_id, seq").fetchall()
+    docs: dict[str, list[Doc]] = defaultdict(list)
+    for key, group in groupby(rows, key=lambda r: r[1:4]):
+        session = list(group)
+        texts = [with_caption(r[4], r[5]) for r in session]
+        docs[key[0]] += [(row[0], textmod.tokens(texts[n]),
+                          textmod.tokens(textmod.context_of(texts, n)))
+                         for n, row in enumerate(session)]
+    for user, batch in docs.items():
+        lengths = [len(b) + len(c) for _, b, c in batch]
+        posts = [(rowid, p, n) for (rowid, b, c), n in zip(batch, lengths, strict=True)
+                 for p in _postings(b, c)]
+        conn.execute(_WRITE, {
+            "u": user, "node": "turn", "rows": [d[0] for d in batch], "lengths": lengths,
+            "p_rows": [r for r, _, _ in posts], "p_terms": [p[0] for _, p, _ in posts],
+            "p_body": [p[1] for _, p, _ in posts], "p_context": [p[2] for _, p, _ in posts],
+            "p_lengths": [n for _, _, n in posts], "d_rows": len(batch),
+            "d_tokens": sum(lengths)})
 
 
 class PgLexical(PgConnection):
@@ -298,6 +328,15 @@ class PgLexical(PgConnection):
         rare = [t for t in dict.fromkeys(tokens) if t in kept]
         return rare, [t for t in dict.fromkeys(tokens) if t not in kept]
 
+    def known_terms(self, user_id: str, tokens: Sequence[str]) -> set[str]:
+        """The ``tokens`` (index tokens, ``text.tokens``) that some turn or item of the
+        tenant holds."""
+        out: set[str] = set()
+        for node in ("turn", "item"):
+            docs = self._term_docs(user_id, [t for t in tokens if t not in out], node)
+            out |= {t for t, n in docs.items() if n}
+        return out
+
     def _term_docs(self, user_id: str, tokens: list[str], node: str) -> dict[str, int]:
         """How many of the tenant's rows hold each token, in any column."""
         unique = list(dict.fromkeys(tokens))
@@ -344,15 +383,14 @@ class PgLexical(PgConnection):
             lo, hi = min(seqs), max(seqs)
             window = self._named(user, _WINDOW, {"u": user, "c": conv, "s": session,
                                                  "lo": lo, "hi": hi})
-            texts = [f"{r[2]}: {with_caption(r[3], r[4])}" for r in window]
+            texts = [with_caption(r[3], r[4]) for r in window]
             before = [n for n, r in enumerate(window) if r[1] < lo]
             after = [n for n, r in enumerate(window) if r[1] > hi]
             touched = [n for n, r in enumerate(window) if lo <= r[1] <= hi]
             touched += before[-1:] + after[:1]  # the stored turn on either side
             for n in touched:
-                context = " ".join(texts[m] for m in (n - 1, n + 1) if 0 <= m < len(window))
                 docs[user].append((window[n][0], textmod.tokens(texts[n]),
-                                   textmod.tokens(context)))
+                                   textmod.tokens(textmod.context_of(texts, n))))
         for user, rows in docs.items():
             self._write(user, "turn", rows, replace=[r[0] for r in rows])
 

@@ -92,7 +92,13 @@ def rls(tables: tuple[str, ...]) -> str:
         """ for table in tables)
 
 
-MIGRATIONS: list[tuple[int, str, str]] = [
+def _speakerless_turn_index(conn: psycopg.Connection[Any]) -> None:
+    from .lexical import reindex_all_turns
+
+    reindex_all_turns(conn)
+
+
+MIGRATIONS: list[tuple[int, str, Any]] = [
     (
         1,
         "conversations, sessions, turns, items, edges, embeddings, versions",
@@ -457,6 +463,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # reading them walked every item of the tenant. Partial: most items name nobody.
         "CREATE INDEX items_tenant_about ON items (user_id, about) WHERE about IS NOT NULL",
     ),
+    # A Python step: every turn re-tokenised without its speaker (see reindex_all_turns).
+    (10, "speaker-free turn index", _speakerless_turn_index),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
@@ -491,9 +499,12 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
             if conn.execute("SELECT 1 FROM schema_migrations WHERE version = %s",
                             (version,)).fetchone() is not None:
                 continue
-            for statement in _statements(ddl):
-                conn.execute(statement)  # type: ignore[call-overload]  # our own DDL, no params
-            if "SECURITY DEFINER" in ddl and schema is not None:
+            if callable(ddl):
+                ddl(conn)
+            else:
+                for statement in _statements(ddl):
+                    conn.execute(statement)  # type: ignore[call-overload]  # our own DDL
+            if not callable(ddl) and "SECURITY DEFINER" in ddl and schema is not None:
                 # A definer function runs with the owner's rights: pin its search path, so
                 # no object of another schema can stand in for ours.
                 for fn in ("memstrata_owner(text)", "memstrata_counts()"):

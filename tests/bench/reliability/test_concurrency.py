@@ -42,8 +42,9 @@ def test_check_processes_is_quiet_when_the_reports_match(tmp_path: Path) -> None
 def test_check_processes_counts_lost_twice_and_raised(tmp_path: Path) -> None:
     memory, hot = _shared(tmp_path)
     [node] = hot
-    twice = [memory.add("same text", user_id=cc.USER, conversation_id="shared",
-                        infer=False)[0]["id"] for _ in range(2)]
+    # One batch: sent alone again, a conversation's first turn would read as a re-send.
+    twice = [e["id"] for e in memory.add(["same text"] * 2, user_id=cc.USER,
+                                         conversation_id="shared", infer=False)]
     lines = [{"op": "add", "id": "t_" + "0" * 24, "text": "never stored", "conv": "shared"},
              {"op": "add", "id": twice[0], "text": "same text", "conv": "shared"},
              {"op": "add", "id": twice[1], "text": "same text", "conv": "shared"},

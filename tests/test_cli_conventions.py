@@ -1,0 +1,121 @@
+"""Issue 44's command-line repros, run as written: exit 0 only when nothing was lost, one
+exit-code convention (2: usage or refused input, 1: not found), one-line errors that name
+the argument, file and record and never echo a password."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from memstrata import Memory
+
+
+def _cli(*argv: str) -> int:
+    """``memstrata ARGV`` as the interpreter would end it: the exit status."""
+    from memstrata.cli import main
+
+    try:
+        return main(list(argv))
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        return exc.code or 0
+
+
+def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("memstrata: "), err
+    return err
+
+
+def test_import_keeps_what_the_conversation_held(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "rep.db")
+    assert _cli("add", "--db", db, "--user", "zed",
+                "My passport number is in the blue drawer") == 0
+    assert _cli("add", "--db", db, "--user", "zed", "The spare key is under the mat") == 0
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"role": "user", "content": "I like tea"}) + "\n")
+    assert _cli("import", str(one), "--format", "messages", "--user", "zed", "--db", db,
+                "--quiet") == 0
+    with Memory.open(db, embedder=None) as m:
+        texts = [t.text for t in m.store.turns("zed")]
+    assert len(texts) == 3 and "My passport number is in the blue drawer" in texts
+    capsys.readouterr()
+    assert _cli("import", str(one), "--format", "messages", "--user", "zed", "--db", db,
+                "--quiet", "--replace") == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["replaced"] == 3
+    with Memory.open(db, embedder=None) as m:
+        assert [t.text for t in m.store.turns("zed")] == ["I like tea"]
+
+
+@pytest.mark.parametrize("url", ["postgresql+psycopg://app:s3cret@db.internal/prod",
+                                 "mysql://app:s3cret@db.internal/prod", "sqlite:///app.db"])
+def test_a_foreign_url_is_refused_and_no_file_appears(
+        url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert _cli("add", "--db", url, "--user", "zed", "hello") == 2
+    err = _one_line(capsys)
+    assert "s3cret" not in err and "URL is not a store" in err
+    assert _cli("stats", "--db", url) == 2
+    assert "s3cret" not in _one_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_usage_errors_exit_2_and_what_is_missing_exits_1(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "m.db")
+    assert _cli("add", "--db", db, "--user", "u", "hello") == 0
+    capsys.readouterr()
+    assert _cli("get", "", "--db", db) == 2
+    assert "id" in _one_line(capsys)
+    assert _cli("add", "--user", "", "--db", db, "hi") == 2
+    assert "user_id" in _one_line(capsys)
+    assert _cli("get", "t_nonesuch", "--db", db) == 1
+    assert "no memory" in _one_line(capsys)
+    assert _cli("delete", "t_nonesuch", "--db", db) == 1
+    _one_line(capsys)
+    missing = str(tmp_path / "absent.db")
+    for argv in (["search", "q", "--user", "u", "--db", missing],
+                 ["get", "t_x", "--db", missing], ["stats", "--db", missing]):
+        assert _cli(*argv) == 1, argv
+        err = _one_line(capsys)
+        assert "no store" in err and "memstrata load" not in err, err
+    assert _cli("search", "q", "--user", "u", "--db", db, "--weights", "[1]") == 2
+    _one_line(capsys)
+
+
+def test_help_states_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli("--help") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "exit status: 0 done; 1 not found" in out and "2 a usage error" in out
+
+
+def test_import_errors_name_the_file_and_the_record(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "m.db")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"role": "user", "content": "fine"}\n'
+                   '{"role": "user", "content": "x", "metadata": {"k": "\\udc80"}}\n')
+    assert _cli("import", str(bad), "--format", "messages", "--user", "u", "--db", db,
+                "--quiet") == 2
+    err = _one_line(capsys)
+    assert str(bad) in err and ("message 2" in err or "line 2" in err), err
+    assert Memory.open(db, embedder=None).store.counts("u")["turns"] == 0
+
+
+def test_export_to_a_folder_fails_cleanly(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "m.db")
+    assert _cli("add", "--db", db, "--user", "u", "hello", "--durability", "full") == 0
+    capsys.readouterr()
+    folder = tmp_path / "out"
+    folder.mkdir()
+    assert _cli("export", str(folder), "--user", "u", "--db", db) == 2
+    assert "folder" in _one_line(capsys)
+    assert not list(tmp_path.rglob("*.partial"))
