@@ -49,6 +49,8 @@ KNOBS: dict[str, tuple[float, ...]] = {
     "speaker_boost": (0.6, 1.0, 1.5),
     "time_boost": (1.0, 2.0, 3.0),
     "when_boost": (0.0, 0.4, 0.8),
+    "where_boost": (0.0, 0.4, 0.8),
+    "role_boost": (0.5, 1.0, 1.5),
     "asking": (0.0, 0.35, 0.6),
     "graph": (0.0, 0.1, 0.3),
     "graph_second": (0.0, 0.5, 1.0),

@@ -49,6 +49,7 @@ PACKAGES = {
     "optuna": "optuna",
     "psycopg": "psycopg",
     "psycopg_pool": "psycopg-pool",
+    "mkdocs": "mkdocs",
 }
 
 #: Each extra's top-level modules (pyproject.toml's optional-dependencies, by module).
@@ -62,6 +63,7 @@ EXTRAS = {
     "optimize": ("optuna",),
     # psycopg_pool (PACKAGES: psycopg-pool) comes with it, as psycopg's `pool` extra.
     "postgres": ("psycopg",),
+    "docs": ("mkdocs",),  # the site (mkdocs.yml): mkdocs-material and mkdocstrings with it
 }
 
 

@@ -359,12 +359,14 @@ class Edge(_Model):
 
 
 class Hit(_Model):
-    """One search result: the node, its final score, and what each channel contributed.
+    """One search result: the node, its score, and what each channel contributed.
 
-    ``channels`` maps each channel that found the node (``lexical``, ``feedback``,
-    ``expansion``, ``speaker_lexical``, ``dense``, ``speaker_dense``, ``tags``) to what it
-    added to the fused score; the priors then scale that sum and the graph adds to it, so
-    ``score`` may differ from it (and a node only the graph reached has none).
+    ``score`` is in [0, 1] (``memory.retrieval``: the query's relevance to the memory times
+    the hit's share of the best ``fused`` score). ``channels`` maps each channel that found
+    the node (``lexical``, ``feedback``, ``expansion``, ``speaker_lexical``, ``dense``,
+    ``speaker_dense``, ``tags``) to what it added to the fused score; the priors then scale
+    that sum and the graph adds to it, giving ``fused`` (a node only the graph reached has
+    no channel).
     """
 
     id: str
@@ -377,3 +379,10 @@ class Hit(_Model):
     turn_id: str | None = None
     event_time: UTCDateTime | None = None
     channels: dict[str, float] = Field(default_factory=dict)
+    fused: float = 0.0
+    """What ranked the hit: the channels' fused sum, scaled by the priors, plus what the
+    graph added. Comparable only within one search (``score`` is comparable across
+    searches)."""
+    quote: str | None = None
+    """For a text longer than a passage (``passages.PASSAGE_CHARS``): its passage (a code
+    block, or a window of paragraphs) holding the most of the query's words."""

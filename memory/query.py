@@ -47,6 +47,12 @@ _ASKS_WHEN = re.compile(
     r"|\bhow\s+many\s+(?:years|months|weeks|days)\b|\bsince\s+when\b", re.I)
 
 
+# A question whose answer is a place (answered by a turn that names one).
+_ASKS_WHERE = re.compile(
+    r"^\W*where\b|\b(?:what|which)\s+(?:city|country|town|state|place|region|neighbou?rhood)\b",
+    re.I)
+
+
 @dataclass
 class QueryAnalysis:
     """What the retriever needs to know about a question."""
@@ -57,6 +63,8 @@ class QueryAnalysis:
     start: datetime | None = None
     end: datetime | None = None
     asks_when: bool = False
+    asks_where: bool = False
+    addressed: list[str] = field(default_factory=list)
 
     @property
     def content_tokens(self) -> list[str]:
@@ -157,8 +165,9 @@ def addressed_speakers(question: str, known: list[str]) -> list[str]:
     Only roles the tenant's memory holds as speakers count (a LoCoMo-style conversation
     between named people has none, and is read as before)."""
     by_name = {name.lower(): name for name in known}
+    said = question.replace("’", "'")
     return [by_name[role] for role, pattern in ROLE_SPEAKERS.items()
-            if role in by_name and pattern.search(question.replace("’", "'"))]
+            if role in by_name and pattern.search(said)]
 
 
 def analyse(question: str, known_speakers: list[str], now: datetime | None = None
@@ -167,13 +176,16 @@ def analyse(question: str, known_speakers: list[str], now: datetime | None = Non
     chat's ``user`` and ``assistant``), the time span, whether it asks when."""
     span = time_range(question, now)
     named = named_speakers(question, known_speakers)
+    addressed = [s for s in addressed_speakers(question, known_speakers) if s not in named]
     return QueryAnalysis(
         text=question,
         tokens=textmod.tokens(question),
-        speakers=list(dict.fromkeys(named + addressed_speakers(question, known_speakers))),
+        speakers=named + addressed,
+        addressed=addressed,
         start=span[0] if span else None,
         end=span[1] if span else None,
         asks_when=bool(_ASKS_WHEN.search(question)),
+        asks_where=bool(_ASKS_WHERE.search(question)),
     )
 
 

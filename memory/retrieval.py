@@ -26,8 +26,9 @@ A hit's ``score`` is calibrated to [0, 1] (``_calibrate``): the fused scores onl
 and their scale changes from query to query, so a caller could not cut at one. The best
 hit scores the query's *relevance* (the share of the query's words it holds, or its
 cosine to the query mapped to [0, 1]), and the others that relevance times their share of
-the best fused score. ``min_score`` (default :data:`DEFAULT_MIN_SCORE`) drops the hits
-below it, so a query nothing in the memory answers (``"xyzzy plugh"``) returns none.
+the best fused score. ``min_score`` drops the hits below it; ``Memory.search`` applies
+:data:`DEFAULT_MIN_SCORE`, so a query nothing in the memory answers (``"xyzzy plugh"``)
+returns none there.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from .embed import Embedder
 from .expand import TermExpander, vocabulary_words
 from .locking import stored_value
 from .models import Hit, as_utc, with_caption
+from .passages import PASSAGE_CHARS, best_passage
 from .query import QueryAnalysis, analyse
 from .store import Facets, Filters, Ref, Store, node_type
 from .timeparse import resolve_times, says_when
@@ -62,7 +64,7 @@ unrelated short texts score about 0-0.2 against a question)."""
 
 Channel = tuple[str, float, list[tuple[Ref, float]]]
 """One ranked list of a search: its name (``lexical``, ``feedback``, ``expansion``,
-``speaker_lexical``, ``dense``, ``speaker_dense``, ``tags``), its weight, its ``(ref,
+``speaker_lexical``, ``speaker``, ``dense``, ``speaker_dense``, ``tags``), its weight, its ``(ref,
 score)`` pairs best first."""
 
 
@@ -104,12 +106,18 @@ class SearchWeights(BaseModel):
         0.6, ge=0, description="x(1+w*s) for turns, s = the best score in the turn's session "
         "over the best score overall")
     speaker_boost: float = Field(1.0, ge=0, description="x(1+w) for hits by a named speaker")
+    role_boost: float = Field(
+        1.0, ge=0, description="x(1+w) for hits by a chat role the question means by "
+        "pronoun: the user for \"I\"/\"my\", the assistant for \"you\" (query.py)")
     time_boost: float = Field(
         2.0, ge=0, description="x(1+w) for hits said inside a named time span, or (among the "
         "text_pool best) saying a time inside it")
     when_boost: float = Field(
         0.4, ge=0, description="x(1+w) for hits that state a time or a length of time, when "
         "the question asks when or how long (see Retriever._text_priors)")
+    where_boost: float = Field(
+        0.4, ge=0, description="x(1+w) for hits that name a place, when the question asks "
+        "where or which city, country, ... (see Retriever._text_priors)")
     asking: float = Field(
         0.35, ge=0, le=1, description="x(1-w*q) for hits, q the share of their words in "
         "sentences that ask a question (see Retriever._text_priors)")
@@ -170,14 +178,15 @@ class Retriever:
         filters: Filters | None = None,
         nodes: Sequence[str] = ("turn", "item"),
         now: datetime | None = None,
-        min_score: float = DEFAULT_MIN_SCORE,
+        min_score: float = 0.0,
     ) -> list[Hit]:
         """The ``k`` best turns and items of one tenant for ``query``, best first.
 
         Each hit's ``score`` is in [0, 1], the best hit's being the query's relevance to
         the memory (see the module); hits scoring under ``min_score`` are left out, so a
-        search may return fewer than ``k`` hits, or none (``min_score=0`` keeps every hit
-        any channel scored above zero)."""
+        search may return fewer than ``k`` hits, or none. The default, 0, keeps every hit
+        any channel scored above zero, as the programs that read a ranking want;
+        ``Memory.search`` applies :data:`DEFAULT_MIN_SCORE`."""
         if k <= 0:
             return []
         with self.store.reading():
@@ -200,6 +209,14 @@ class Retriever:
             rankings += self._dense_channels(user_id, qa, query_vec, allowed, nodes)
         if w.tags and "item" in nodes:
             rankings.append(("tags", w.tags, self._tag_channel(user_id, qa, allowed)))
+        if w.speaker_channels and qa.speakers and "turn" in nodes and not any(
+                ranked for _, _, ranked in rankings):
+            # No word matched ("Caroline", "Melanie's favourite food?" in a memory that never
+            # says food): the speakers are fields, not words, so their newest turns answer.
+            for name in qa.speakers:
+                refs = self.store.allowed_refs(user_id, _narrowed(filters, name))
+                newest = heapq.nlargest(w.pool, (r for r in refs if r[0] == "turn"))
+                rankings.append(("speaker", w.speaker_channels, [(r, 1.0) for r in newest]))
 
         scores, parts = _fuse(rankings, w.fusion, w.rrf_k)
         if not scores:
@@ -212,6 +229,7 @@ class Retriever:
             self._apply_priors(scores, info, qa)
         rows: dict[str, dict[str, Any]] = {}
         if w.text_pool and (w.asking or (w.when_boost and qa.asks_when)
+                            or (w.where_boost and qa.asks_where)
                             or (w.time_boost and qa.start)):
             rows = self._text_priors(user_id, scores, qa)
         self._expand_graph(user_id, scores, allowed, nodes)
@@ -227,50 +245,56 @@ class Retriever:
         # The text priors' rows are this search's rows too: read only the others.
         rows = {i: rows[i] for i, _, _ in top if i in rows}
         rows |= self.store.nodes(user_id, [i for i, _, _ in top if i not in rows])
-        top = [(i, score, ref) for i, score, ref in top if i in rows]
+        words = _content_words(qa)
+        hits = [_hit(node_id, fused, rows[node_id], _contributions(ref, parts), words)
+                for node_id, fused, ref in top if node_id in rows]
         cosines = {ref: c for name, _, ranked in rankings if name == "dense" for ref, c in ranked}
-        calibrated = self._calibrate(user_id, qa, [(rows[i]["text"], score, cosines.get(ref))
-                                                   for i, score, ref in top], expansion)
-        return [_hit(node_id, score, rows[node_id], _contributions(ref, parts))
-                for (node_id, _, ref), score in zip(top, calibrated, strict=True)]
+        by_id = {node_id: ref for node_id, _, ref in top}
+        relevance = self._relevance(user_id, qa, hits, [cosines.get(by_id[h.id]) for h in hits],
+                                    expansion)
+        best = hits[0].fused if hits else 0.0
+        for hit in hits:
+            hit.score = round(relevance * hit.fused / best, 6) if best > 0 else 0.0
+        return hits
 
-    def _calibrate(self, user_id: str, qa: QueryAnalysis,
-                   ranked: list[tuple[str, float, float | None]],
-                   expansion: Sequence[str] = ()) -> list[float]:
-        """Scores in [0, 1] for ``(text, fused score, dense cosine)`` hits, best first.
+    def _relevance(self, user_id: str, qa: QueryAnalysis, hits: list[Hit],
+                   cosines: list[float | None], expansion: Sequence[str] = ()) -> float:
+        """How well the query matches this memory at all, in [0, 1]: its best hit's
+        relevance (``Hit.score`` is that times the hit's share of the best fused score,
+        so scores fall as the ranking does).
 
-        A hit's relevance is the larger of the share of the query's content words (less
-        the speakers it names) its text holds (a word it lacks counts half when the hit
-        holds one of the query's expansion words instead), and its cosine to the query mapped from
-        ``COSINE_NONE``..``COSINE_FULL`` to 0..1 and scaled by the share of those words
-        the memory or the encoder knows: a word neither has ever seen ("xyzzy") carries
-        no meaning an encoder could match, whatever cosine its sub-word pieces reach.
-        The query's relevance is its best hit's; each hit scores it times its fused
-        score over the best fused score, so scores fall as the ranking does.
+        A hit's relevance is the larger of two. The share of the query's content words
+        (less the speakers it names or means) its text holds: a word it lacks counts half
+        when the hit holds one of the query's expansion words instead (an expansion being
+        the encoder's too), a tag the tag channel matched holds one word, and a query of
+        nothing but speakers is fully answered by their turns. And its dense cosine mapped
+        from ``COSINE_NONE``..``COSINE_FULL`` to 0..1, scaled by the share of the content
+        words the memory or the encoder knows: a word neither has ever seen ("xyzzy")
+        carries no meaning an encoder could match, whatever cosine its sub-word pieces
+        reach.
         """
-        if not ranked:
-            return []
-        words = set(qa.content_tokens) - {t for s in qa.speakers for t in textmod.tokens(s)}
+        words = _content_words(qa)
         known = 1.0
-        if words and ranked[0][2] is not None:
+        if words and any(c is not None for c in cosines):
             held = self.store.known_terms(user_id, sorted(words))
             knows = getattr(self.embedder, "knows", None)
             unknown = [w for w in words if w not in held
                        and not (knows is not None and knows(w))]
             known = 1.0 - len(unknown) / len(words)
-        relevance = 0.0
         near = set(expansion)
-        for text, _, cosine in ranked:
-            held = set(textmod.tokens(text))
-            matched = len(words & held)
-            stand_ins = min(len(near & held), len(words) - matched)
-            lexical = (matched + 0.5 * stand_ins) / len(words) if words else 0.0
+        best = 0.0
+        for hit, cosine in zip(hits, cosines, strict=True):
+            if words:
+                held = set(textmod.tokens(hit.text))
+                matched = min(len(words & held) + ("tags" in hit.channels), len(words))
+                stand_ins = min(len(near & held), len(words) - matched)
+                lexical = (matched + 0.5 * known * stand_ins) / len(words)
+            else:
+                lexical = float(hit.speaker in qa.speakers)
             dense = 0.0 if cosine is None else known * min(max(
                 (cosine - COSINE_NONE) / (COSINE_FULL - COSINE_NONE), 0.0), 1.0)
-            relevance = max(relevance, lexical, dense)
-        best = ranked[0][1]
-        return [round(relevance * fused / best, 6) if best > 0 else 0.0
-                for _, fused, _ in ranked]
+            best = max(best, lexical, dense)
+        return best
 
     # -- channels -------------------------------------------------------------------------
 
@@ -316,13 +340,9 @@ class Retriever:
                     filters=filters, **scoring)))
         if w.speaker_channels and node == "turn":
             for name in qa.speakers:
-                narrowed = Filters(
-                    kinds=filters.kinds, speaker=name, conversation_id=filters.conversation_id,
-                    start=filters.start, end=filters.end,
-                )
                 out.append(("speaker_lexical", w.speaker_channels, lexical(
-                    user_id, qa.content_tokens, node=node, k=w.pool, filters=narrowed,
-                    **scoring)))
+                    user_id, qa.content_tokens, node=node, k=w.pool,
+                    filters=_narrowed(filters, name), **scoring)))
         return out
 
     def _dense_channels(self, user_id: str, qa: QueryAnalysis, query_vec: np.ndarray,
@@ -419,7 +439,8 @@ class Retriever:
         for node_id, row in info.items():
             factor = 1.0 + w.recency * recency.get(node_id, 0.0)
             if w.speaker_boost and qa.speakers and row.speaker in qa.speakers:
-                factor *= 1.0 + w.speaker_boost
+                factor *= 1.0 + (w.speaker_boost if row.speaker not in qa.addressed
+                                 else w.role_boost)
             when = row.event_time
             if w.time_boost and start and when and start <= when <= end:  # type: ignore[operator]
                 factor *= 1.0 + w.time_boost
@@ -449,6 +470,7 @@ class Retriever:
                                                       key=scores.__getitem__))
         rows = self.store.nodes(user_id, list(ids.values()))
         when = w.when_boost if qa.asks_when else 0.0
+        where = w.where_boost if qa.asks_where else 0.0
         span = (qa.start, qa.end) if w.time_boost and qa.start and qa.end else None
         for ref, node_id in ids.items():
             if (row := rows.get(node_id)) is None:
@@ -456,6 +478,8 @@ class Retriever:
             factor = 1.0 - w.asking * textmod.asking_share(row["text"]) if w.asking else 1.0
             if when and says_when(row["text"]):
                 factor *= 1.0 + when
+            if where and textmod.names_place(row["text"]):
+                factor *= 1.0 + where
             if span and _tells_of(row, *span):
                 factor *= 1.0 + w.time_boost
             scores[ref] *= factor
@@ -560,12 +584,25 @@ def _contributions(ref: Ref, parts: list[tuple[str, dict[Ref, float]]]) -> dict[
     return {name: round(value, 6) for name, value in out.items()}
 
 
-def _hit(node_id: str, score: float, row: dict[str, Any], channels: dict[str, float]
-         ) -> Hit:
+def _narrowed(filters: Filters, speaker: str) -> Filters:
+    """``filters`` narrowed to one speaker's turns."""
+    return Filters(kinds=filters.kinds, speaker=speaker, conversation_id=filters.conversation_id,
+                   start=filters.start, end=filters.end)
+
+
+def _content_words(qa: QueryAnalysis) -> set[str]:
+    """The query's index tokens less the speakers it names or means."""
+    return set(qa.content_tokens) - {t for s in qa.speakers for t in textmod.tokens(s)}
+
+
+def _hit(node_id: str, fused: float, row: dict[str, Any], channels: dict[str, float],
+         words: set[str]) -> Hit:
+    """A hit with its ``fused`` score (``score`` is set by the calibration)."""
     with stored_value(node_id):
         text = with_caption(row["text"], json.loads(row.get("metadata") or "{}"))
-        return Hit(
-            id=node_id, node=node_type(node_id), kind=row["kind"], text=text, score=score,  # type: ignore[arg-type]
+        quote = best_passage(text, words)[0] if len(text) > PASSAGE_CHARS else None
+        return Hit(quote=quote, fused=fused,
+            id=node_id, node=node_type(node_id), kind=row["kind"], text=text, score=0.0,  # type: ignore[arg-type]
             speaker=row.get("speaker"), conversation_id=row.get("conversation_id"),
             turn_id=row.get("turn_id"),
             event_time=(datetime.fromisoformat(row["event_time"]) if row.get("event_time")

@@ -137,6 +137,26 @@ def match_tokens(tokens: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(t.replace("\x00", "") for t in tokens if t.strip("\x00")))
 
 
+_CALENDAR = ("january|february|march|april|may|june|july|august|september|october|november|"
+             "december|monday|tuesday|wednesday|thursday|friday|saturday|sunday")
+_PLACE = re.compile(
+    rf"\b(?:in|at|to|from|near|around|outside|across)\s+(?:the\s+)?(?!(?i:{_CALENDAR})\b)"
+    r"[A-Z][\w'-]+")
+
+
+@lru_cache(maxsize=16384)
+def names_place(text: str) -> bool:
+    """Whether ``text`` names a place the way people do: a capitalised name after a
+    preposition of place ("in Berlin", "moved to Lisbon", "from the Netherlands"), not a
+    month or a weekday ("in May").
+
+    Example:
+        >>> names_place("I moved to Lisbon in May"), names_place("I moved in May")
+        (True, False)
+    """
+    return _PLACE.search(text) is not None
+
+
 @lru_cache(maxsize=16384)
 def asking_share(text: str) -> float:
     """The share of ``text``'s words that stand in sentences ending in a question mark

@@ -46,6 +46,7 @@ from memstrata.formats.records import (
 )
 from memstrata.memory import Filters, Hit, Retriever, Store, Turn
 from memstrata.memory.models import ITEM_KINDS, Conversation, Edge, Session, utcnow
+from memstrata.memory.retrieval import DEFAULT_MIN_SCORE
 from memstrata.memory.store import node_type
 from memstrata.memory.store.forget import scrubbing
 from memstrata.memory.store.opener import open_store
@@ -396,15 +397,24 @@ class Memory:
     # -- reading -----------------------------------------------------------------------
 
     def search(self, query: str, *, user_id: str, k: int = 10,
-               filters: Filters | dict[str, Any] | None = None) -> list[Hit]:
+               filters: Filters | dict[str, Any] | None = None,
+               min_score: float = DEFAULT_MIN_SCORE) -> list[Hit]:
         """The ``k`` best turns and items of ``user_id`` for ``query`` (hybrid search),
-        fewer when fewer have a score above zero.
+        best first, leaving out hits that score under ``min_score``.
+
+        ``score`` is in [0, 1]: the best hit scores how well the query matches this
+        memory at all (the share of its words a hit holds, or its meaning's closeness),
+        the others that times their share of the best hit's ranking score; so a query
+        nothing here answers (``"xyzzy plugh"``) returns no hit at the default
+        ``min_score`` (:data:`~memstrata.memory.retrieval.DEFAULT_MIN_SCORE`, 0.1), and
+        ``min_score=0`` returns every hit any channel found.
 
         ``filters`` narrows by ``kinds``, ``speaker``, ``conversation_id``, ``start``,
         ``end`` (a :class:`Filters` or a dict of those). Each hit has ``id``, ``text``,
         ``score``, ``kind``, ``speaker``, ``conversation_id``, ``event_time`` and the
         score each channel gave it. ``k`` is a whole number (at most 1,000 hits are
-        returned; a negative one returns none).
+        returned; a negative one returns none). A question's "I"/"my" is the ``user``
+        of a user/assistant chat and its "you" the ``assistant``.
 
         Raises:
             ValueError: a bad ``user_id``; a query that is not valid Unicode text, holds a
@@ -424,8 +434,12 @@ class Memory:
         if filters is not None:
             _check_kinds("filter 'kinds'", filters.kinds or [])
         k = _count("k", k, 1000)
+        if isinstance(min_score, bool) or not isinstance(min_score, int | float) or not (
+                0.0 <= min_score <= 1.0):
+            raise ValueError(f"min_score must be a number from 0 to 1, not {min_score!r}")
         with self._lock:
-            return self.retriever.search(user_id, query, k=k, filters=filters)
+            return self.retriever.search(user_id, query, k=k, filters=filters,
+                                         min_score=float(min_score))
 
     def get(self, id: str, *, user_id: str | None = None) -> dict[str, Any] | None:
         """A turn or item by id (as a dict with ``node`` and ``user_id``), or None.

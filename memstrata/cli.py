@@ -358,6 +358,26 @@ def cmd_bench_tools(args: argparse.Namespace) -> int:
     return _report(tool_table(doc), write_tool_outputs(doc, args.out))
 
 
+def cmd_bench_long(args: argparse.Namespace) -> int:
+    """One tenant of N long user/assistant messages (a technical assistant's history):
+    ingest rate through Memory.add (batched and one message a call), file size, and
+    Memory.search latency p50/p95/p99 by query shape, beside rank-bm25 on the same
+    messages. Writes long.json."""
+    from memstrata.bench.long_messages import (
+        format_long_table,
+        run_long_bench,
+        write_long_outputs,
+    )
+
+    try:
+        doc = run_long_bench(args.messages, queries=args.queries, batch=args.batch,
+                             singles=args.singles, seed=args.seed,
+                             db=Path(args.db) if args.db else None, bm25=not args.no_bm25)
+    except ValueError as exc:
+        raise SystemExit(f"memstrata: {exc}") from None
+    return _report(format_long_table(doc), write_long_outputs(doc, args.out))
+
+
 def cmd_bench_reliability(args: argparse.Namespace) -> int:
     """Faults, load and hostile input: kill -9 mid-write, many writers, disk faults, fuzzed
     tools and commands, memory poisoning, sandbox escapes and planted secrets, each scenario
@@ -732,6 +752,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="out", help="output folder (default ./out)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_bench_tools)
+
+    p = bsub.add_parser("long", help="ingest rate and search latency on long messages",
+                        description=cmd_bench_long.__doc__)
+    p.add_argument("--messages", type=int, default=40_000,
+                   help="messages in the tenant (default 40000)")
+    p.add_argument("--queries", type=int, default=200, help="timed searches (default 200)")
+    p.add_argument("--batch", type=int, default=20, help="messages a batched add (default 20)")
+    p.add_argument("--singles", type=int, default=200,
+                   help="messages added one a call at full size (default 200)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--db", help="build the store at this new path and keep it")
+    p.add_argument("--no-bm25", action="store_true", help="skip the rank-bm25 baseline")
+    p.add_argument("--out", default="out", help="output folder (default ./out)")
+    p.set_defaults(func=cmd_bench_long)
 
     p = bsub.add_parser("reliability", help="crash, concurrency, fault, fuzzing, injection, "
                         "sandbox and secret scenarios", description=cmd_bench_reliability.__doc__)

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 HEADLINE = ("lost_writes", "integrity_failures", "crashes", "breaches", "escapes",
-            "secrets_found")
+            "secrets_found", "deleted_bytes_found", "parity_mismatches", "imports_losing_rows")
 """The counters the suite sums over scenarios; any non-zero one fails the run."""
 
 MAX_DETAILS = 50
@@ -49,6 +49,12 @@ class Scenario(BaseModel):
     breaches: int = 0
     escapes: int = 0
     secrets_found: int = 0
+    deleted_bytes_found: int = Field(0, description="removed text still in the file or "
+                                     "readable (deleted_bytes)")
+    parity_mismatches: int = Field(0, description="one input, different outcomes on SQLite "
+                                   "and PostgreSQL (backend_parity)")
+    imports_losing_rows: int = Field(0, description="an import without replace that lowered "
+                                     "a conversation's rows (import_no_loss)")
 
     def fail(self, counter: str | None, what: str, **detail: Any) -> None:
         """Count one failure (and ``counter``, one of :data:`HEADLINE`, if it breaks one)."""

@@ -4,11 +4,12 @@ The document's shape is an interface outside checks rely on::
 
     {"scenarios": {NAME: {"attempts": n, "failures": n, "details": [...], ...}},
      "lost_writes": n, "integrity_failures": n, "crashes": n, "breaches": n,
-     "escapes": n, "secrets_found": n, ...}
+     "escapes": n, "secrets_found": n, "deleted_bytes_found": n, "parity_mismatches": n,
+     "imports_losing_rows": n, ...}
 
-The six headline counters are sums over the scenarios; the run fails (``ok`` false, the
-command exits non-zero) when any of them is non-zero. ``secrets`` runs last because it
-greps every byte the other scenarios wrote under the same work folder.
+The headline counters (``common.HEADLINE``) are sums over the scenarios; the run fails
+(``ok`` false, the command exits non-zero) when any of them is non-zero. ``secrets`` runs
+last because it greps every byte the other scenarios wrote under the same work folder.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from tqdm import tqdm
 
 from .common import HEADLINE, Context, Scenario
 
-MODULES = ("crash", "concurrency", "faults", "fuzz", "poisoning", "sandbox_escape", "secrets")
+MODULES = ("crash", "concurrency", "faults", "fuzz", "poisoning", "sandbox_escape", "deleted",
+           "parity", "imports", "secrets")
 """Scenario modules, in the order they run (``secrets`` last: it scans the others' files)."""
 
 BUDGET_S: dict[str, float] = {
     "crash": 330.0, "concurrency": 150.0, "faults": 60.0, "fuzz": 240.0,
-    "poisoning": 60.0, "sandbox_escape": 180.0, "secrets": 60.0,
+    "poisoning": 60.0, "sandbox_escape": 180.0, "deleted": 480.0, "parity": 300.0,
+    "imports": 150.0, "secrets": 60.0,
 }
 """Wall-clock caps per module for the full run (split among its scenarios); 18 minutes in
 all, under the 20 the suite promises. Most scenarios finish their counts sooner (11 minutes

@@ -467,18 +467,41 @@ def _sizes_agree(lengths: RowLengths, terms: Mapping[int, list[Counter[str]]]) -
 
 def read_postings(conn: sqlite3.Connection, instances: str, term: str,
                   weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """``(rows, counts)`` of ``term`` read from the instance table (see ``Postings.get``)."""
-    # One joined string per column: building a Python tuple per posting cost ~2x more.
-    found = [(np.array(joined.split(","), np.int64), weights[col]) for col, joined in
-             conn.execute(f"SELECT col, group_concat(doc) FROM {instances} WHERE term = ?"
-                          " GROUP BY col", (term,)) if col in weights]
-    if not found:
+    """``(rows, counts)`` of ``term`` read from the instance table (see ``Postings.get``).
+
+    A row's count adds its instances' column weights one at a time, the columns in name
+    order (all of a row's ``body`` instances, then its ``context`` ones), as FTS5 does."""
+    names = sorted(weights)
+    marks = ",".join("?" * len(names))
+    # The instances in the table's own order (doc, column, offset) as joined strings:
+    # a GROUP BY col made SQLite sort them all first (2x the read, for a common term of
+    # long messages), and a Python tuple per instance cost ~2x more again.
+    if len(names) == 1:
+        sql = (f"SELECT group_concat(doc), NULL FROM {instances}"
+               f" WHERE term = ? AND col IN ({marks})")
+        args = [term, *names]
+    else:
+        whens = " ".join(f"WHEN ? THEN {n}" for n in range(len(names)))
+        sql = (f"SELECT group_concat(doc), group_concat(CASE col {whens} END)"
+               f" FROM {instances} WHERE term = ? AND col IN ({marks})")
+        args = [*names, term, *names]
+    docs, cols = conn.execute(sql, args).fetchone()
+    if not docs:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    doc = np.concatenate([d for d, _ in found])
-    weight = np.concatenate([np.full(len(d), w, np.float64) for d, w in found])
+    doc = np.fromstring(docs, np.int64, sep=",")
+    if cols is None:
+        weight = np.full(len(doc), weights[names[0]], np.float64)
+    else:
+        code = np.fromstring(cols, np.int64, sep=",")
+        if len(code) != len(doc):
+            raise StoreError("", sqlite3.SQLITE_CORRUPT, f"the search index's instances of "
+                             f"{term!r} did not read back whole")
+        # Each column's instances together, in name order (a stable sort keeps each
+        # column's instances in their order), so bincount sums a row's weights as above.
+        order = np.argsort(code, kind="stable")
+        doc = doc[order]
+        weight = np.asarray([weights[n] for n in names], np.float64)[code[order]]
     rows, inverse = np.unique(doc, return_inverse=True)
-    # Columns come in order and instances within them: bincount adds each row's
-    # weights one instance at a time, as FTS5 does.
     return rows, np.bincount(inverse, weights=weight)
 
 

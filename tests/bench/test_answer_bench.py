@@ -29,8 +29,9 @@ QA_ITEMS = [
 def reader(system: str, user: str, schema):
     """Answers from the memories it is shown (the Alps, the guinea pig), else abstains."""
     memories = field(user, "memories")
-    for cue, answer in (("Alps", "the Alps"), ("guinea pig", "a guinea pig")):
-        if cue in memories and cue.split()[0].lower() in field(user, "question").lower():
+    for cue, answer, asked in (("Alps", "the Alps", "hiking"), ("guinea pig", "a guinea pig",
+                                                                  "pet")):
+        if cue in memories and asked in field(user, "question").lower():
             return {"answer": answer, "evidence": []}
     return {"answer": "the Alps" if "Alps" in memories else "Not mentioned", "evidence": []}
 

@@ -110,7 +110,7 @@ def test_cli_rejects_a_malformed_file_before_loading_a_model(
     with pytest.raises(SystemExit) as exc:
         main(["bench", "cognitive", "--scenarios", str(bad), "--lm", "local/nonexistent",
               "--out", str(tmp_path)])
-    assert "bad.json" in str(exc.value.code)
+    assert "bad.json" in str(exc.value) and exc.value.code == 2
     with pytest.raises(ScenarioFileError):
         run_cognitive_bench(None, tmp_path, scenarios=bad)  # type: ignore[arg-type]
 

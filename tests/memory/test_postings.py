@@ -435,3 +435,36 @@ def test_a_change_not_noted_makes_the_lists_read_again(
     monkeypatch.setattr(store, "inserting", lambda node, rowids: None)
     store.add(FactItem(user_id="u", text="zebra delta"))
     _followed(store)
+
+
+@settings(max_examples=25, deadline=None)
+@given(turns=st.lists(texts, min_size=1, max_size=12),
+       weight=st.sampled_from([0.1, 0.3, 0.7, 1.3]))
+def test_read_postings_sums_each_rows_instances_body_first(turns: list[str],
+                                                           weight: float) -> None:
+    """A list read holds each row's instances summed one at a time, its body instances
+    (weight 1) before its context ones (``weight``): compared with a sum over the
+    instance table's rows, one per instance, to the last bit."""
+    store = Store.open(":memory:", embedder=None)
+    _turns(store, "u", turns)
+    index = INDEXES["turn"]
+    weights = {"body": 1.0, "context": weight}
+    for word in WORDS:
+        term = textmod.tenant_term(tenant_token("u"), textmod.fts_term(word))
+        by_row: dict[int, dict[str, int]] = {}
+        for doc, col in store.conn.execute(
+                f"SELECT doc, col FROM {index.instances} WHERE term = ?", (term,)):
+            by_row.setdefault(doc, Counter())[col] += 1
+        expected: dict[int, float] = {}
+        for doc, cols in by_row.items():
+            total = 0.0
+            for col in ("body", "context"):
+                for _ in range(cols[col]):
+                    total += weights[col]
+            expected[doc] = total
+        for searched in (weights, {"body": 1.0}):
+            rows, counts = read_postings(store.conn, index.instances, term, searched)
+            want = expected if len(searched) > 1 else {
+                d: float(c["body"]) for d, c in by_row.items() if c["body"]}
+            assert rows.tolist() == sorted(want)
+            assert counts.tolist() == [want[d] for d in sorted(want)]

@@ -154,8 +154,8 @@ def test_time_span_prior_breaks_a_tie_between_the_only_matches(store: Store) -> 
     plain = Retriever(store, weights=SearchWeights(graph=0))
     june = plain.search(U, "Who opened the dance studio in June 2023?", k=2)
     january = plain.search(U, "Who opened the dance studio in January 2023?", k=2)
-    assert june[0].id == gina and june[0].score > june[1].score
-    assert january[0].id == jon and january[0].score > january[1].score
+    assert june[0].id == gina and june[0].fused > june[1].fused
+    assert january[0].id == jon and january[0].fused > january[1].fused
 
 
 def test_graph_expansion_pulls_in_a_neighbour(store: Store) -> None:
@@ -166,7 +166,7 @@ def test_graph_expansion_pulls_in_a_neighbour(store: Store) -> None:
     with_graph = Retriever(store).search(U, "guinea pig", k=5)
     assert with_graph[0].id == seed
     assert linked in [h.id for h in with_graph]
-    by_id = {h.id: h.score for h in with_graph}
+    by_id = {h.id: h.fused for h in with_graph}
     assert 0 < by_id[linked] < by_id[seed]
     without = Retriever(store, weights=SearchWeights(graph=0)).search(U, "guinea pig", k=5)
     assert [h.id for h in without] == [seed, weak]
@@ -181,10 +181,10 @@ def test_graph_second_hop_reaches_two_edges_out_at_its_share(store: Store) -> No
     store.add_edges([Edge(user_id=U, src=seed, dst=near, relation="follows"),
                      Edge(user_id=U, src=near, dst=far, relation="follows")])
     knobs = {"graph": 0.2, "session": 0, "context": 0, "feedback": 0}
-    one = {h.id: h.score for h in Retriever(
+    one = {h.id: h.fused for h in Retriever(
         store, weights=SearchWeights(**knobs, graph_second=0)).search(U, "guinea pig", k=5)}
     assert set(one) == {seed, near}
-    two = {h.id: h.score for h in Retriever(
+    two = {h.id: h.fused for h in Retriever(
         store, weights=SearchWeights(**knobs, graph_second=0.5)).search(U, "guinea pig", k=5)}
     assert set(two) == {seed, near, far}
     assert two[seed] == one[seed]
@@ -204,7 +204,7 @@ def test_each_hit_says_what_each_channel_added(store: Store, embedder) -> None:
     assert top.channels["lexical"] == pytest.approx(plain.lexical)  # the channel's best
     assert {"dense", "speaker_lexical", "speaker_dense"} <= set(top.channels)
     for hit in hits:  # with no prior and no graph, the score is the channels' sum
-        assert hit.score == pytest.approx(sum(hit.channels.values()), abs=1e-5)
+        assert hit.fused == pytest.approx(sum(hit.channels.values()), abs=1e-5)
     # A node only the graph reached was found by no channel.
     seed = store.add(FactItem(user_id=U, text="Oscar the guinea pig"))
     near = store.add(FactItem(user_id=U, text="an unrelated sentence entirely"))
@@ -356,7 +356,8 @@ WHEN_ONLY = {"graph": 0, "session": 0, "context": 0, "feedback": 0, "speaker_boo
 
 def _ranked(store: Store, query: str, **knobs: float) -> list[tuple[str, float]]:
     weights = SearchWeights(**{**WHEN_ONLY, **knobs})
-    return [(h.id, h.score) for h in Retriever(store, weights=weights).search(U, query, k=5)]
+    return [(h.id, h.fused) for h in Retriever(store, weights=weights).search(
+        U, query, k=5, min_score=0)]
 
 
 def test_when_prior_lifts_a_hit_that_says_when_for_a_when_question(store: Store) -> None:

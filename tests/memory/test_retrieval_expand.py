@@ -104,12 +104,12 @@ def test_session_prior_lifts_the_turn_beside_the_best_match(store: Store) -> Non
                          ("s2", "Ann", "the recital hall was cold")])
     # No idf shift: "recital" is in every turn, so the two later turns tie on bm25.
     weights = SearchWeights(graph=0, context=0, feedback=0, session=0, idf_shift=0)
-    plain = Retriever(store, weights=weights).search(U, "violin recital", k=3)
+    plain = Retriever(store, weights=weights).search(U, "violin recital", k=3, min_score=0)
     assert {h.id for h in plain[1:]} == {ids[1], ids[2]}
     lifted = Retriever(store, weights=weights.model_copy(update={"session": 0.5})).search(
-        U, "violin recital", k=3)
+        U, "violin recital", k=3, min_score=0)
     assert [h.id for h in lifted] == [ids[0], ids[1], ids[2]]
-    by_id = {h.id: h.score for h in lifted}
+    by_id = {h.id: h.fused for h in lifted}
     assert by_id[ids[1]] > by_id[ids[2]]
 
 
