@@ -18,11 +18,11 @@ bound, the lexical channel also re-runs with the tenant's words nearest to the q
 The default weights are the ones ``memstrata bench retrieval --cv``'s knob search
 (``bench/retrieval_cv.py``) chose over the LoCoMo dev split; the same search, run with
 one conversation left out at a time, is how their worth on unseen conversations is
-measured (README, "Measured": `bench retrieval --cv`).
+measured (docs/benchmarks/retrieval.md: `bench retrieval --cv`).
 
 Every weight is a knob in :class:`SearchWeights`; a weight of 0 switches a channel off.
 
-A hit's ``score`` is calibrated to [0, 1] (``_calibrate``): the fused scores only rank,
+A hit's ``score`` is calibrated to [0, 1] (``Retriever._relevance``): fused scores only rank,
 and their scale changes from query to query, so a caller could not cut at one. The best
 hit scores the query's *relevance* (the share of the query's words it holds, or its
 cosine to the query mapped to [0, 1]), and the others that relevance times their share of
@@ -601,8 +601,9 @@ def _hit(node_id: str, fused: float, row: dict[str, Any], channels: dict[str, fl
     with stored_value(node_id):
         text = with_caption(row["text"], json.loads(row.get("metadata") or "{}"))
         quote = best_passage(text, words)[0] if len(text) > PASSAGE_CHARS else None
-        return Hit(quote=quote, fused=fused,
+        return Hit(
             id=node_id, node=node_type(node_id), kind=row["kind"], text=text, score=0.0,  # type: ignore[arg-type]
+            fused=fused, quote=quote,
             speaker=row.get("speaker"), conversation_id=row.get("conversation_id"),
             turn_id=row.get("turn_id"),
             event_time=(datetime.fromisoformat(row["event_time"]) if row.get("event_time")

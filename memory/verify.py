@@ -36,7 +36,7 @@ _DATE_WORDS = frozenset(textmod.tokens(" ".join([*calendar.month_name, *calendar
 
 
 class VerifySettings(BaseModel):
-    """The check's knobs (calibrated on the LoCoMo dev split; see the README)."""
+    """The check's knobs (calibrated on the LoCoMo dev split; see docs/benchmarks/verify.md)."""
 
     margin: float = Field(0.15, ge=0, description="other's support minus the named "
                           "person's, as a share of the question's weight, to abstain")

@@ -104,7 +104,7 @@ def add_cognitive_parsers(sub: argparse._SubParsersAction,
                         "and the adaptive reasoner vs a plain baseline",
                         description=cmd_bench_cognitive.__doc__)
     p.add_argument("--scenarios", help="scenario file (default: the shipped one; the format "
-                   "is in the README)")
+                   "is in docs/guides/cognitive.md)")
     p.add_argument("--runs", type=int, default=3, help="runs; each level reports the median "
                    "(default 3)")
     p.add_argument("--levels", help="comma-separated levels to run (default: all)")

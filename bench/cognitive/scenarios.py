@@ -3,7 +3,7 @@
 A scenario file holds one scenario per level: dated articles to learn from and questions
 scored by a deterministic ``Rule`` (``scoring.score``). ``load_scenarios`` parses and
 checks a file and raises ``ScenarioFileError`` with one message naming the file and the
-place; ``FORMAT_DOC`` documents the format for the README.
+place; ``FORMAT_DOC`` documents the format for docs/guides/cognitive.md.
 """
 
 from __future__ import annotations

@@ -75,8 +75,8 @@ DEFAULT_EXPERIMENT = "E6"
 """The config whose agent is compiled and scored: E6, the full layer cake (L0 card, L1
 constraints, seeded L2 strategies, L3 guide; ReAct, handle tools, 3 iterations, inject
 mode). Without memory the embedded 1.5B invents Brick's namespace and no query returns a
-row (README: E1 0/6); E6's card gives it the real prefixes, so solved traces, and
-so demos, are possible at all."""
+row (docs/benchmarks/experiments.md: E1 0/6); E6's card gives it the real prefixes, so
+solved traces, and so demos, are possible at all."""
 TASK_FILE = Path(__file__).resolve().parents[1] / "ontology" / "data" / "ontology_tasks.json"
 """The shipped task file (its path, without importing the suite)."""
 

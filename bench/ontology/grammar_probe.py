@@ -9,7 +9,8 @@ patterns with property paths, FILTER and NOT EXISTS, GROUP BY / ORDER BY / LIMIT
 ``run_probe`` asks the model for each task's query under it and grades the answers.
 
 Run: ``python -m memstrata.bench.ontology.grammar_probe [--memory card] [--tasks N]``.
-Measured with SmolLM2 (README, issue 7): queries that parse but loop, 0 of 62.
+Measured with SmolLM2 (docs/benchmarks/experiments.md, issue 7): queries that parse but
+loop, 0 of 62.
 
 The pattern is matched against the JSON-encoded string, so a literal's quotes are
 ``\\"`` there; and the regex subset llama-cpp-python converts has no ``\\.`` escape,

@@ -468,3 +468,20 @@ def test_read_postings_sums_each_rows_instances_body_first(turns: list[str],
                 d: float(c["body"]) for d, c in by_row.items() if c["body"]}
             assert rows.tolist() == sorted(want)
             assert counts.tolist() == [want[d] for d in sorted(want)]
+
+
+def test_read_postings_reads_rowids_too_large_to_pack() -> None:
+    """Rowids past 2**61 (doc x columns would leave int64) read back exact all the same."""
+    import sqlite3
+
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE f USING fts5(tenant, body, context)")
+    conn.execute("CREATE VIRTUAL TABLE f_instances USING fts5vocab(f, instance)")
+    big = 2**62 + 5
+    conn.executemany("INSERT INTO f (rowid, tenant, body, context) VALUES (?, '', ?, ?)",
+                     [(3, "boat boat", "boat"), (big, "boat", "river boat boat")])
+    rows, counts = read_postings(conn, "f_instances", "boat", {"body": 1.0, "context": 0.3})
+    assert rows.tolist() == [3, big]
+    assert counts.tolist() == [1.0 + 1.0 + 0.3, 1.0 + 0.3 + 0.3]
+    rows, counts = read_postings(conn, "f_instances", "boat", {"body": 1.0})
+    assert (rows.tolist(), counts.tolist()) == ([3, big], [2.0, 1.0])

@@ -138,14 +138,19 @@ ON CONFLICT (user_id, node) DO UPDATE SET rows = lexical_totals.rows + excluded.
     tokens = lexical_totals.tokens + excluded.tokens
 """
 
+# A term no row holds any more is deleted, not kept with 0 documents: its row would keep
+# the deleted word readable in a live table (the reliability bench's deleted_bytes).
 _DROP = """
 WITH p AS (DELETE FROM lexical_postings WHERE user_id = %(u)s AND node = %(node)s
            AND row_id = ANY(%(rows)s::bigint[]) RETURNING term, body_tf),
-t AS (UPDATE lexical_terms SET docs = docs - g.n, body_docs = body_docs - g.body
-      FROM (SELECT term, count(*) AS n, count(*) FILTER (WHERE body_tf > 0) AS body
-            FROM p GROUP BY term) g
+g AS (SELECT term, count(*) AS n, count(*) FILTER (WHERE body_tf > 0) AS body
+      FROM p GROUP BY term),
+t AS (UPDATE lexical_terms SET docs = docs - g.n, body_docs = body_docs - g.body FROM g
       WHERE lexical_terms.user_id = %(u)s AND lexical_terms.node = %(node)s
-        AND lexical_terms.term = g.term)
+        AND lexical_terms.term = g.term AND lexical_terms.docs > g.n),
+z AS (DELETE FROM lexical_terms USING g WHERE lexical_terms.user_id = %(u)s
+        AND lexical_terms.node = %(node)s AND lexical_terms.term = g.term
+        AND lexical_terms.docs <= g.n)
 DELETE FROM lexical_rows WHERE user_id = %(u)s AND node = %(node)s
     AND row_id = ANY(%(rows)s::bigint[]) RETURNING length
 """

@@ -65,8 +65,6 @@ def test_postgres_rows_are_gone_and_unreadable(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason="PgLexical's _DROP leaves a removed turn's or item's "
-                   "terms in lexical_terms with docs 0 (the deleted words stay in a live row)")
 def test_postgres_keeps_no_removed_term(tmp_path: Path) -> None:
     if reason := unavailable():
         pytest.skip(reason)
