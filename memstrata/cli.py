@@ -774,7 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the fast slice (a few kills, a few hundred fuzz cases, every kind once)")
     p.add_argument("--only", metavar="NAMES",
                    help="comma-separated scenarios or modules (crash, concurrency, faults, "
-                   "fuzz, poisoning, sandbox_escape, secrets)")
+                   "fuzz, poisoning, sandbox_escape, deleted, parity, imports, secrets)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     p.add_argument("--work", help="write the scenarios' stores here and keep them "
                    "(default: a temporary folder, removed after)")
