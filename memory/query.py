@@ -65,6 +65,8 @@ class QueryAnalysis:
     asks_when: bool = False
     asks_where: bool = False
     addressed: list[str] = field(default_factory=list)
+    bounded: bool = False
+    """The query was cut to its rarest words (``Retriever``: a long query)."""
 
     @property
     def content_tokens(self) -> list[str]:

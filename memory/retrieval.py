@@ -37,6 +37,7 @@ import heapq
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from operator import itemgetter
 from typing import Any, Literal
@@ -99,6 +100,9 @@ class SearchWeights(BaseModel):
     expansion_sim: float = Field(
         0.45, ge=-1, le=1, description="least cosine of an expansion word to a query word")
     expansion_per_word: int = Field(3, ge=0, description="expansion words per query word")
+    max_query_terms: int = Field(
+        16, ge=0, description="a query with more distinct content words is searched by its "
+        "rarest this many, without the feedback and expansion re-runs (0 = no cap)")
     expansion_max_rows: int = Field(
         50_000, ge=0, description="skip expansion for tenants with more rows than this "
         "(their vocabulary would be read inside a query; 0 = never skip)")
@@ -197,7 +201,7 @@ class Retriever:
                 nodes: Sequence[str], now: datetime | None) -> list[Hit]:
         w = self.weights
         filters = filters or Filters()
-        qa = self.analyse(user_id, query, now)
+        qa = self._bounded(user_id, self.analyse(user_id, query, now))
         allowed = self.store.allowed_refs(user_id, filters) if filters.active() else None
         rankings: list[Channel] = []
 
@@ -276,7 +280,7 @@ class Retriever:
         words = _content_words(qa)
         known = 1.0
         if words and any(c is not None for c in cosines):
-            held = self.store.known_terms(user_id, sorted(words))
+            held = {t for t, n in self.store.term_docs(user_id, sorted(words)).items() if n}
             knows = getattr(self.embedder, "knows", None)
             unknown = [w for w in words if w not in held
                        and not (knows is not None and knows(w))]
@@ -296,6 +300,21 @@ class Retriever:
             best = max(best, lexical, dense)
         return best
 
+    def _bounded(self, user_id: str, qa: QueryAnalysis) -> QueryAnalysis:
+        """A query of more than ``max_query_terms`` distinct content words (a pasted error
+        message, a paragraph) searched by its rarest ones in the tenant (ties: the
+        earlier first), and marked ``bounded``: the feedback and expansion re-runs exist
+        for short questions that lack words, and on a long query they cost a search
+        each and bring nothing it does not already say."""
+        limit = self.weights.max_query_terms
+        words = list(dict.fromkeys(t for t in qa.tokens if t in _content_words(qa)))
+        if not limit or len(words) <= limit:
+            return qa
+        docs = self.store.term_docs(user_id, words)
+        keep = set(sorted(words, key=lambda t: docs.get(t, 0))[:limit])  # stable: ties in order
+        keep |= set(qa.tokens) - set(words)  # the speakers' names stay
+        return replace(qa, tokens=[t for t in qa.tokens if t in keep], bounded=True)
+
     # -- channels -------------------------------------------------------------------------
 
     def _lexical_channels(self, user_id: str, qa: QueryAnalysis, node: str, filters: Filters,
@@ -313,7 +332,8 @@ class Retriever:
                            **scoring)
             out.append(("lexical", w.lexical, hits))
             top = [i for i, _ in hits[: w.feedback_docs]]
-            extra = self._feedback_terms(user_id, top, qa) if w.feedback and hits else []
+            extra = (self._feedback_terms(user_id, top, qa)
+                     if w.feedback and hits and not qa.bounded else [])
             terms = qa.content_tokens + extra
             # On a big tenant the re-run scores tens of thousands of rows again (measured
             # at 1M items: half of a query's time); its recall gain was measured on
@@ -366,7 +386,8 @@ class Retriever:
     def _expansion_terms(self, user_id: str, qa: QueryAnalysis) -> list[str]:
         """Index terms of the tenant's text nearest to the query's words (see expand.py)."""
         w = self.weights
-        if self.embedder is None or not (w.lexical and w.expansion and w.expansion_per_word):
+        if self.embedder is None or qa.bounded or not (
+                w.lexical and w.expansion and w.expansion_per_word):
             return []
         if self._expander is None or self._expander.max_rows != w.expansion_max_rows:
             self._expander = TermExpander(self.store, self.embedder,

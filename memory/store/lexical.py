@@ -292,15 +292,13 @@ class LexicalSearch(NodeLookups):
         rare = [t for t in dict.fromkeys(tokens) if t in kept]
         return rare, [t for t in dict.fromkeys(tokens) if t not in kept]
 
-    def known_terms(self, user_id: str, tokens: Sequence[str]) -> set[str]:
-        """The ``tokens`` (index tokens, ``text.tokens``) that some turn or item of the
-        tenant holds."""
+    def term_docs(self, user_id: str, tokens: Sequence[str]) -> dict[str, int]:
+        """How many of the tenant's turns and items hold each of ``tokens`` (index tokens,
+        ``text.tokens``)."""
         tenant = tenant_token(user_id)
-        out: set[str] = set()
-        for node in ("turn", "item"):
-            docs = self._term_docs([t for t in tokens if t not in out], node, tenant)
-            out |= {t for t, n in docs.items() if n}
-        return out
+        turns = self._term_docs(list(tokens), "turn", tenant)
+        items = self._term_docs(list(tokens), "item", tenant)
+        return {t: turns.get(t, 0) + items.get(t, 0) for t in tokens}
 
     def _term_docs(self, tokens: list[str], node: str, tenant: str) -> dict[str, int]:
         """How many of the tenant's rows hold each token (FTS5's own counts, cached)."""

@@ -333,14 +333,12 @@ class PgLexical(PgConnection):
         rare = [t for t in dict.fromkeys(tokens) if t in kept]
         return rare, [t for t in dict.fromkeys(tokens) if t not in kept]
 
-    def known_terms(self, user_id: str, tokens: Sequence[str]) -> set[str]:
-        """The ``tokens`` (index tokens, ``text.tokens``) that some turn or item of the
-        tenant holds."""
-        out: set[str] = set()
-        for node in ("turn", "item"):
-            docs = self._term_docs(user_id, [t for t in tokens if t not in out], node)
-            out |= {t for t, n in docs.items() if n}
-        return out
+    def term_docs(self, user_id: str, tokens: Sequence[str]) -> dict[str, int]:
+        """How many of the tenant's turns and items hold each of ``tokens`` (index tokens,
+        ``text.tokens``)."""
+        turns = self._term_docs(user_id, list(tokens), "turn")
+        items = self._term_docs(user_id, list(tokens), "item")
+        return {t: turns.get(t, 0) + items.get(t, 0) for t in tokens}
 
     def _term_docs(self, user_id: str, tokens: list[str], node: str) -> dict[str, int]:
         """How many of the tenant's rows hold each token, in any column."""
