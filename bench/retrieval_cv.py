@@ -47,6 +47,7 @@ KNOBS: dict[str, tuple[float, ...]] = {
     "expansion_sim": (0.4, 0.45, 0.5),
     "session": (0.3, 0.6, 1.0),
     "speaker_boost": (0.6, 1.0, 1.5),
+    "speaker_field": (0.15, 0.3, 0.6),
     "time_boost": (1.0, 2.0, 3.0),
     "when_boost": (0.0, 0.4, 0.8),
     "where_boost": (0.0, 0.4, 0.8),

@@ -110,6 +110,9 @@ class SearchWeights(BaseModel):
         0.6, ge=0, description="x(1+w*s) for turns, s = the best score in the turn's session "
         "over the best score overall")
     speaker_boost: float = Field(1.0, ge=0, description="x(1+w) for hits by a named speaker")
+    speaker_field: float = Field(
+        0.3, ge=0, description="bm25 added to a lexical hit said by a speaker the question "
+        "names or means: the speaker as a field of one word")
     role_boost: float = Field(
         1.0, ge=0, description="x(1+w) for hits by a chat role the question means by "
         "pronoun: the user for \"I\"/\"my\", the assistant for \"you\" (query.py)")
@@ -330,6 +333,8 @@ class Retriever:
         if w.lexical:
             hits = lexical(user_id, qa.tokens, node=node, k=w.pool, filters=filters,
                            **scoring)
+            if w.speaker_field and node == "turn" and qa.speakers and hits:
+                hits = self._speaker_field(user_id, qa, hits)
             out.append(("lexical", w.lexical, hits))
             top = [i for i, _ in hits[: w.feedback_docs]]
             extra = (self._feedback_terms(user_id, top, qa)
@@ -364,6 +369,17 @@ class Retriever:
                     user_id, qa.content_tokens, node=node, k=w.pool,
                     filters=_narrowed(filters, name), **scoring)))
         return out
+
+    def _speaker_field(self, user_id: str, qa: QueryAnalysis,
+                       hits: list[tuple[Ref, float]]) -> list[tuple[Ref, float]]:
+        """bm25's hits, each said by a speaker the question names or means raised by
+        ``speaker_field``: the speaker scores as a field of its turn, as the name did (on
+        every turn's text) before it was one."""
+        said = self.store.facets(user_id, [r for r, _ in hits])
+        lift = self.weights.speaker_field
+        out = [(r, s + lift if r in said and said[r].speaker in qa.speakers else s)
+               for r, s in hits]
+        return sorted(out, key=lambda pair: -pair[1])  # stable: bm25's tie order stays
 
     def _dense_channels(self, user_id: str, qa: QueryAnalysis, query_vec: np.ndarray,
                         allowed: set[Ref] | None, nodes: Sequence[str]) -> list[Channel]:

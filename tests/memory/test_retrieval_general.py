@@ -242,3 +242,40 @@ def test_passages_keep_code_blocks_whole_and_windows_short():
     quote, share = best_passage(text, {"rsync", "srv"}, 200)
     assert quote.startswith("```bash") and share == 1.0
     assert split_passages("short", 200) == ("short",)
+
+
+def test_a_long_query_is_searched_by_its_rarest_words_without_the_re_runs():
+    m = Memory.open(":memory:")
+    filler = ("the service logs a request and a response for every call it handles "
+              "while the worker retries the queue")
+    m.add([f"{filler} number {n}" for n in range(20)]
+          + ["KeyError zorbulator in parse_manifest after the upgrade"],
+          user_id="ops", infer=False)
+    traceback = (f"{filler} and then it failed with KeyError zorbulator raised inside "
+                 "parse_manifest while loading the configuration file for deployment stage "
+                 "production cluster region")
+    qa = m.retriever._bounded("ops", m.retriever.analyse("ops", traceback))
+    assert qa.bounded and len(set(qa.tokens)) == 16
+    assert "zorbul" in qa.tokens or "zorbulator" in qa.tokens  # the rarest words stay
+    hits = m.search(traceback, user_id="ops", k=3)
+    assert hits[0].text.startswith("KeyError zorbulator")
+    assert not {"feedback", "expansion"} & set(hits[0].channels)
+    short = m.retriever._bounded("ops", m.retriever.analyse("ops", "zorbulator error"))
+    assert not short.bounded
+
+
+def test_a_named_speaker_scores_as_a_field_in_the_lexical_channel():
+    from memstrata.memory import Retriever, SearchWeights
+
+    m = Memory.open(":memory:", embedder=None)
+    m.add([{"speaker": "Ana", "content": "The tulips opened today"},
+           {"speaker": "Ben", "content": "The tulips opened today"}],
+          user_id="g", infer=False)
+    only_lexical = SearchWeights(speaker_boost=0, speaker_channels=0, graph=0, session=0,
+                                 feedback=0, context=0)
+    hits = Retriever(m.store, None, only_lexical).search("g", "what did Ana say about tulips?")
+    assert [h.speaker for h in hits] == ["Ana", "Ben"]
+    assert hits[0].channels["lexical"] > hits[1].channels["lexical"]
+    off = Retriever(m.store, None, only_lexical.model_copy(update={"speaker_field": 0}))
+    tied = off.search("g", "what did Ana say about tulips?")
+    assert tied[0].channels["lexical"] == tied[1].channels["lexical"]
