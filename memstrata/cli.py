@@ -31,6 +31,7 @@ from memstrata.compile_commands import add_compile_parsers
 from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
 from memstrata.mcp_commands import add_mcp_parser
+from memstrata.memory.retrieval import DEFAULT_MIN_SCORE
 from memstrata.memory.store.opener import describe, open_store, store_missing
 from memstrata.memory_commands import NotFound, add_durability_arg, add_memory_parsers, no_store
 from memstrata.model_commands import add_doctor_parser, add_models_parser
@@ -129,7 +130,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         retriever = Retriever(store, _embedder(model_has_vectors and not args.no_dense,
                                                args.embedder),
                               _weights(args.weights))
-        for hit in retriever.search(args.user, args.query, k=args.k, filters=filters):
+        for hit in retriever.search(args.user, args.query, k=args.k, filters=filters,
+                                    min_score=args.min_score):
             print(hit.model_dump_json(exclude_none=True))
     return 0
 
@@ -232,6 +234,16 @@ def _iso_datetime(raw: str) -> datetime:
         raise argparse.ArgumentTypeError(
             f"not an ISO date or datetime: {raw!r} (e.g. 2026-01-31 or 2026-01-31T12:00)"
         ) from None
+
+
+def _unit_interval(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"not a number from 0 to 1: {raw!r}")
+    return value
 
 
 def _days(raw: str) -> float:
@@ -479,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", default=DEFAULT_DB,
                    help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("-k", type=int, default=10, help="number of hits (default 10)")
+    p.add_argument("--min-score", type=_unit_interval, default=DEFAULT_MIN_SCORE,
+                   help="leave out hits scoring under this, from 0 to 1 (default "
+                   f"{DEFAULT_MIN_SCORE}: a query nothing answers returns nothing)")
     p.add_argument("--kind", action="append", help="only this kind ('turn', 'fact', ...)")
     p.add_argument("--speaker", help="only what this speaker said")
     p.add_argument("--conversation", help="only this conversation")

@@ -279,3 +279,17 @@ def test_a_named_speaker_scores_as_a_field_in_the_lexical_channel():
     off = Retriever(m.store, None, only_lexical.model_copy(update={"speaker_field": 0}))
     tied = off.search("g", "what did Ana say about tulips?")
     assert tied[0].channels["lexical"] == tied[1].channels["lexical"]
+
+
+def test_the_cli_search_applies_the_floor_and_takes_min_score(tmp_path, capsys):
+    from memstrata.cli import main
+
+    db = str(tmp_path / "c.db")
+    assert main(["add", "--db", db, "--user", "zed", "My passport is in the blue drawer"]) == 0
+    capsys.readouterr()
+    assert main(["search", "--db", db, "--user", "zed", "xyzzy plugh"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["search", "--db", db, "--user", "zed", "xyzzy plugh", "--min-score", "0"]) == 0
+    assert "blue drawer" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["search", "--db", db, "--user", "zed", "passport", "--min-score", "nan"])
