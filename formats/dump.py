@@ -13,6 +13,7 @@ methods (``conversation_rows``, ``session_rows``, ``item_ids``, ``blobs.export``
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +177,12 @@ def import_tenant(store: Store, path: Path, user_id: str | None = None) -> dict[
             store.add_conversation(conv)
         for _, session in sessions:
             store.add_session(session)
-        for start in range(0, len(turns), 1000):
-            store.add_turns([t for _, t in turns[start:start + 1000]])
+        # In the order they were first recorded (the file lists them by conversation): a
+        # ranking breaks ties by insertion order, so this restores the same search results.
+        ordered = sorted((t for _, t in turns), key=lambda t: (
+            t.recorded_at is None, t.recorded_at or datetime.min.replace(tzinfo=UTC)))
+        for start in range(0, len(ordered), 1000):
+            store.add_turns(ordered[start:start + 1000])
         store.add_many(i for _, i in items)
         store.add_edges(e for _, e in edges)
         for _, blob in groups["blob"]:
