@@ -69,11 +69,9 @@ beside a short "thanks" would otherwise make the thanks match everything the ans
 (and copy a huge message into both neighbours' index rows)."""
 
 
-def nearest(text: str, chars: int | None = None, *, end: bool = False) -> str:
-    """At most ``chars`` (default :data:`NEIGHBOUR_CHARS`) characters of ``text``, cut at
-    a space: its start, or with ``end`` its end (the part of a preceding turn next to the
-    one after it)."""
-    chars = NEIGHBOUR_CHARS if chars is None else chars
+def nearest(text: str, chars: int = NEIGHBOUR_CHARS, *, end: bool = False) -> str:
+    """At most ``chars`` characters of ``text``, cut at a space: its start, or with
+    ``end`` its end (the part of a preceding turn next to the one after it)."""
     if len(text) <= chars:
         return text
     if end:
