@@ -20,6 +20,7 @@ from typing import Any
 from memstrata.memory import Store
 from memstrata.memory.extras import require
 from memstrata.programs import ExecutorSettings, ModelHandle, run_executor
+from memstrata.programs.answer_scores import score_answer
 from memstrata.programs.executors import AnswerWithTools, ExecutorRun
 from memstrata.tools import ToolCaps, ToolSession
 from memstrata.trajectories import code_version
@@ -27,7 +28,6 @@ from tqdm import tqdm
 
 from .locomo import Question, load_conversation, read_subset
 from .qa import select_questions
-from .qa_metrics import score_answer
 
 ARMS = ("naive", "handles")
 

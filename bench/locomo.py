@@ -4,11 +4,12 @@ The format itself (parsing, the data's quirks, errors naming the file and the re
 is the LoCoMo adapter's, :mod:`memstrata.formats.locomo`; this module re-exports it for
 the benchmarks, overlays the public audit, and loads conversations into the store.
 
-Each conversation becomes a tenant (``user_id`` = its ``sample_id``); its turns keep the
-speaker, the source turn id (``D3:7``), the session date as event time, and any image
-caption (as ``metadata["caption"]``). Loading is one transaction per conversation: a bad
-record aborts that conversation with an error naming the file and the record, and
-nothing of it is written.
+Each conversation becomes a tenant (``user_id`` = its ``sample_id``), written through
+``Memory.import_conversations`` as the adapter's record (``formats.locomo.to_record``):
+its turns keep the speaker, the source turn id (``D3:7``), the session date as event time,
+and any image caption (as ``metadata["caption"]``); LoCoMo's session N is ``session_N``.
+Loading is one transaction per conversation: a bad record aborts that conversation with
+an error naming the file and the record, and nothing of it is written.
 
 LoCoMo's answer-key conventions (long dates, "Not mentioned in the conversation.") are
 selected by the benchmarks through :data:`LOCOMO_DATE_STYLE` and ``bench.qa``'s
@@ -18,9 +19,11 @@ selected by the benchmarks through :data:`LOCOMO_DATE_STYLE` and ``bench.qa``'s
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memstrata.formats.locomo import (
     DATE_STYLE,
@@ -29,10 +32,11 @@ from memstrata.formats.locomo import (
     Question,
     parse_evidence,
     parse_session_date,
+    to_record,
     turn_metadata,
 )
 from memstrata.formats.locomo import parse_locomo as read_locomo
-from memstrata.memory import Conversation, Edge, Embedder, Session, Store, Turn
+from memstrata.memory import Embedder, Store
 from memstrata.memory.dates import DateStyle
 from memstrata.memory.models import with_caption
 
@@ -97,7 +101,8 @@ def apply_audit(conversations: list[LoCoMoConversation], path: str | Path) -> in
 
 @dataclass
 class LoadStats:
-    """What a load wrote, and how long the writing and the embedding took."""
+    """What a load wrote, and how long the writing and the embedding took (the embedding
+    the store does as it writes is timed apart from the rest of the write)."""
 
     conversations: int = 0
     turns: int = 0
@@ -106,86 +111,87 @@ class LoadStats:
     write_seconds: float = 0.0
 
 
+class _TimedEmbedder:
+    """An embedder that adds the seconds its ``encode`` takes to ``stats.embed_seconds``
+    (everything else is the wrapped embedder's)."""
+
+    def __init__(self, embedder: Embedder, stats: LoadStats) -> None:
+        self._embedder = embedder
+        self._stats = stats
+
+    def encode(self, texts: list[str]) -> Any:
+        started = time.perf_counter()
+        try:
+            return self._embedder.encode(texts)
+        finally:
+            self._stats.embed_seconds += time.perf_counter() - started
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._embedder, name)
+
+
 def load_conversation(
     store: Store, conv: LoCoMoConversation, *, embedder: Embedder | None = None,
     stats: LoadStats | None = None, tenant: str | None = None,
 ) -> list[str]:
-    """Write one conversation as its own tenant, replacing any earlier load of it.
+    """Write one conversation as its own tenant, replacing any earlier load of it; returns
+    its turns' ids in order.
 
+    The turns go through ``Memory.import_conversations`` (the one write path: sessions,
+    turns, ``follows`` edges, embedded by the store as they are written), then the whole
+    conversation is kept as one blob (what an RLM searches through a ``BlobRef``).
     ``tenant`` puts it under a shared tenant instead (one user's several conversations,
-    as cross-conversation reconciliation needs). Embeddings (if an embedder is given)
-    are computed before the transaction opens, so the write itself is short; everything
-    of the conversation commits together.
+    as cross-conversation reconciliation needs). ``embedder``, when it is not the
+    store's own model, also stores every turn's vector of that model.
     """
-    import time
+    from memstrata.api import Memory
 
     stats = stats if stats is not None else LoadStats()
     user = tenant or conv.sample_id
-    turns: list[Turn] = []
-    seq = 0
-    for index, date, raw_turns in conv.sessions:
-        for raw in raw_turns:
-            metadata = turn_metadata(raw)  # blip_caption -> caption
-            turns.append(
-                Turn(
-                    user_id=user, conversation_id=conv.sample_id, session_id=f"session_{index}",
-                    turn_id=raw["dia_id"], seq=seq, speaker=raw["speaker"], text=raw["text"],
-                    event_time=date, metadata=metadata,
-                )
-            )
-            seq += 1
-    vectors = None
-    if embedder is not None and turns:
-        started = time.perf_counter()
-        vectors = embedder.encode(store.contextual_texts(turns))
-        stats.embed_seconds += time.perf_counter() - started
+    record = to_record(conv)
+    own = store.embedder
+    timed = (_TimedEmbedder(own, stats) if own is not None and embedder is not None
+             and own.name == embedder.name else None)
     started = time.perf_counter()
-    with store.transaction():
-        store.delete_conversation(user, conv.sample_id)
-        store.add_conversation(
-            Conversation(id=conv.sample_id, user_id=user, title=" & ".join(conv.speakers),
-                         speakers=conv.speakers)
-        )
-        for index, date, _ in conv.sessions:
-            store.add_session(Session(id=f"session_{index}", user_id=user,
-                                      conversation_id=conv.sample_id, index=index,
-                                      started_at=date))
-        # The store embeds what it writes; vectors from the same model are handed over.
-        same = (vectors is not None and store.embedder is not None
-                and store.embedder.name == embedder.name)  # type: ignore[union-attr]
-        ids = store.add_turns(turns, vectors=vectors if same else None)
-        # The whole conversation also as one blob: what an RLM searches through a BlobRef.
-        store.blobs.put(user, conv.sample_id, transcript(turns),
-                        {"kind": "conversation", "turns": len(turns)})
-        store.add_edges(
-            Edge(user_id=user, src=a, dst=b, relation="follows")
-            for a, b, ta, tb in zip(ids, ids[1:], turns, turns[1:], strict=False)
-            if ta.session_id == tb.session_id
-        )
-        if vectors is not None:
-            if not same:
-                store.set_embeddings(user, ids, vectors, embedder.name)  # type: ignore[union-attr]
-            stats.embedded += len(ids)
-    stats.write_seconds += time.perf_counter() - started
+    spent = stats.embed_seconds
+    if timed is not None:
+        store.embedder = timed  # type: ignore[assignment]
+    try:
+        with store.transaction():  # everything of the conversation commits together
+            Memory(store).import_conversations(
+                [record], user_id=user,
+                replace=store.conversation(user, conv.sample_id) is not None)
+            turns = store.turns(user, conversation_id=conv.sample_id)
+            ids = [t.id for t in turns]
+            store.blobs.put(user, conv.sample_id, transcript(conv),
+                            {"kind": "conversation", "turns": len(turns)})
+            if embedder is not None and timed is None:
+                began = time.perf_counter()
+                vectors = embedder.encode(store.contextual_texts(turns))
+                stats.embed_seconds += time.perf_counter() - began
+                store.set_embeddings(user, ids, vectors, embedder.name)
+    finally:
+        if timed is not None:
+            store.embedder = own
+    stats.write_seconds += time.perf_counter() - started - (stats.embed_seconds - spent)
+    stats.embedded += len(ids) if embedder is not None else 0
     stats.conversations += 1
     stats.turns += len(turns)
     return ids
 
 
-def transcript(turns: list[Turn]) -> str:
+def transcript(conv: LoCoMoConversation) -> str:
     """A conversation as plain text: a header per session (with its date), then one line
     per turn, ``[D3:7] Ana: text [shares a photo: caption]``."""
-    lines: list[str] = []
-    session = None
-    for turn in turns:
-        if turn.session_id != session:
-            session = turn.session_id
-            when = f" · {turn.event_time:%-d %B %Y, %H:%M}" if turn.event_time else ""
-            if lines:
-                lines.append("")
-            lines.append(f"=== {session.replace('_', ' ')}{when} ===")
-        lines.append(f"[{turn.turn_id}] {turn.speaker}: {with_caption(turn.text, turn.metadata)}")
-    return "\n".join(lines) + "\n"
+    blocks: list[str] = []
+    for index, date, raw_turns in conv.sessions:
+        if not raw_turns:
+            continue
+        when = f" · {date:%-d %B %Y, %H:%M}" if date else ""
+        blocks.append("\n".join([f"=== session {index}{when} ===", *(
+            f"[{raw['dia_id']}] {raw['speaker']}: {with_caption(raw['text'], turn_metadata(raw))}"
+            for raw in raw_turns)]))
+    return "\n\n".join(blocks) + "\n"
 
 
 def load_locomo(

@@ -85,7 +85,8 @@ def _search_after_add(memory: Memory, user: str, queries: list[str], baseline: l
     One untimed search first pays what only a tenant's first search pays (reading its
     vectors in full)."""
     memory.search("warm-up", user_id=user)
-    after, alone = [], []
+    after: list[float] = []
+    alone: list[float] = []
     for query, other, message in zip(queries, baseline, messages, strict=True):
         memory.add(message, user_id=user, conversation_id="live", infer=False)
         for timed, times in ((query, after), (other, alone)):
@@ -232,13 +233,14 @@ def llm_calls(lm: str, data: Path, turns: int) -> dict[str, Any]:
 
     record = read_locomo(data)[0]
     messages = [m for s in record.sessions for m in s.messages][:turns]
-    memory = Memory.open(":memory:", lm=lm)
+    memory = Memory.open(":memory:", lm=lm, extraction="sync")  # facts counted from add
     started = time.perf_counter()
     events = []
     for message in tqdm(messages, unit="turn", desc="add+infer"):
         events += memory.add(message.model_dump(), user_id="u", conversation_id=record.id)
     events += memory.flush("u")
-    usage = memory.lm.meter.since()  # type: ignore[union-attr]
+    assert memory.lm is not None  # opened with one
+    usage = memory.lm.meter.since()
     facts = [e for e in events if e.get("kind") == "fact"]
     return {"lm": lm, "turns": len(messages), "llm_calls": usage.calls,
             "calls_per_10_turns": round(usage.calls * 10 / max(len(messages), 1), 2),

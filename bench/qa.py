@@ -33,90 +33,38 @@ from typing import Any
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
-from memstrata.formats.locomo import ABSTAIN_ANSWER, ABSTAIN_CUE
 from memstrata.memory import Embedder, Retriever, SearchWeights, Store
 from memstrata.packers import MemoryLine, pack, render
 from memstrata.programs import QA, ModelHandle, ProgramParseError
-from memstrata.programs.answer import AnswerSettings, AnswerWithProvenance, PersonalAnswerer
+from memstrata.programs.answer import AnswerSettings, PersonalAnswerer
+from memstrata.programs.answer_scores import score_answer
 from memstrata.programs.cache import JsonlCache
-from memstrata.programs.compiled import ProgramRef
 from memstrata.programs.ingest import IngestSettings, ingest_conversation
 from memstrata.programs.ingest import fingerprint as ingest_fingerprint
 from memstrata.programs.judge import AnswerJudge
-from memstrata.programs.qa import AnswerStyle
+from memstrata.programs.refs import ProgramRef
 from memstrata.trajectories import Recorder
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from tqdm import tqdm
 
 from .baselines import TOKENIZERS, BM25Index
 from .locomo import (
-    LOCOMO_DATE_STYLE,
     LoCoMoConversation,
     Question,
     apply_audit,
     load_locomo,
     read_subset,
 )
-from .qa_metrics import score_answer
+from .qa_personal import answer_personal, path_fingerprint
+from .qa_routed import answer_routed, routed_fingerprint, routed_memory
 from .qa_scores import summarise
+from .qa_types import Answer, QASettings
 
 SYSTEMS = ("memstrata", "naive_rag", "no_memory", "full_context")
+ALL_SYSTEMS = (*SYSTEMS, "memory_routed")
+"""``SYSTEMS`` (the default run) and ``memory_routed``: ``Memory.answer`` with routing
+(``bench.qa_routed``), run only when named."""
 NO_MEMORIES = "(no memories)"
-LOCOMO_STYLE = AnswerStyle(date_style=LOCOMO_DATE_STYLE, abstain_answer=ABSTAIN_ANSWER,
-                           abstain_prompt=ABSTAIN_CUE, example_ids="D")
-"""LoCoMo's answer-key conventions for ``QA`` and the packers: long dates ("8 May 2023"),
-the model taught to say "Not mentioned", answering "Not mentioned in the conversation.",
-worked examples with ids shaped like LoCoMo's (``D3:7``)."""
-
-
-class QASettings(BaseModel):
-    """The knobs of a run; any change starts a fresh cache key."""
-
-    budget: int = 600
-    """Tokens of memories packed for ``memstrata`` and ``naive_rag`` (see ``for_model``)."""
-    retrieve_k: int = 40
-    """Hits memstrata retrieves before packing (the packer keeps what fits)."""
-    naive_k: int = 10
-    """Turns naive RAG takes (then cut to the same budget)."""
-    margin: int = 64
-    """Tokens kept free in the window beyond the measured prompt scaffold, the longest
-    question and the answer (chat templates add a few tokens per message)."""
-    style: AnswerStyle = Field(default_factory=lambda: LOCOMO_STYLE)
-    """How every system's memories and answers write dates and abstain (LoCoMo's)."""
-
-    @classmethod
-    def for_model(cls, name: str, **overrides: Any) -> QASettings:
-        """Defaults for a model: the 135M SmolLM2 reads best from a few lines.
-
-        On LoCoMo dev questions SmolLM2-135M scored F1 0.12-0.15 with 120-160 memory
-        tokens and 0.07-0.12 with 250-600 (40-80 questions a setting): past a few lines,
-        more memories distract it more than they inform it. Other models get 600.
-        """
-        if name == "local/smollm2":
-            overrides.setdefault("budget", 200)
-        return cls(**overrides)
-
-
-class Answer(BaseModel):
-    """One system's answer to one question, with its cost (the cached record)."""
-
-    key: str
-    system: str
-    qid: str
-    answer: str
-    evidence: list[str] = []
-    abstained: bool = False
-    error: str | None = None
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    seconds: float = 0.0
-    context_tokens: int = 0
-    judge: dict[str, bool] | None = None
-    provenance: AnswerWithProvenance | None = None
-    """memstrata's route, verification and evidence (None for the baselines and old caches)."""
-
-
 def _fingerprint(handle: ModelHandle, settings: QASettings) -> str:
     # The program's source and its rendered prompt stand for it: any change re-answers.
     import inspect
@@ -228,8 +176,9 @@ def _contexts(store: Store, convs: list[LoCoMoConversation], questions: list[Que
         kept = full[q.sample_id]
         return Context(text=kept["text"], note=f"last {kept['turns']} of {kept['of']} turns")
 
-    builders = {"naive_rag": naive_rag,
-                "no_memory": lambda q: Context(text=NO_MEMORIES), "full_context": full_context}
+    builders: dict[str, Callable[[Question], Context]] = {
+        "naive_rag": naive_rag, "no_memory": lambda q: Context(text=NO_MEMORIES),
+        "full_context": full_context}
     return builders, full
 
 
@@ -368,7 +317,7 @@ def run_locomo_bench(
         out_dir: where the answer cache lives (and the caller writes the reports).
         audit: the audit corrections; without it the corrected key equals the original.
         judge: a model for LLM-as-judge accuracy; ``None`` leaves ``judge`` null.
-        systems: which of ``SYSTEMS`` to run.
+        systems: which of ``ALL_SYSTEMS`` to run.
         settings: budgets, depths and LoCoMo's answer style (``QASettings``).
         embedder, weights: memstrata's retrieval (dense channel, fusion knobs).
         conversations, categories, limit: a subset for quick runs (see ``select_questions``).
@@ -383,9 +332,9 @@ def run_locomo_bench(
             under ``"program"`` in the result, in each memstrata run record, and in the
             answers' cache key. See ``compiled_qa`` for the errors.
     """
-    unknown = set(systems) - set(SYSTEMS)
+    unknown = set(systems) - set(ALL_SYSTEMS)
     if unknown:
-        raise ValueError(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
+        raise ValueError(f"unknown systems {sorted(unknown)}; choose from {ALL_SYSTEMS}")
     settings = settings or QASettings.for_model(handle.name)
     if ingest is not None:
         ingest = ingest.model_copy(update={"date_style": settings.style.date_style})
@@ -394,8 +343,6 @@ def run_locomo_bench(
     questions = select_questions(convs, categories=categories, limit=limit)
     asked = {q.sample_id for q in questions}
     convs = [c for c in convs if c.sample_id in asked]
-    from .qa_personal import answer_personal, path_fingerprint  # it imports this module
-
     compiled, ref = compiled_qa(program, settings) if program is not None else (None, None)
 
     out = Path(out_dir)
@@ -410,7 +357,8 @@ def run_locomo_bench(
     # injected memories, LLM usage, F1), and the runs point at its state.
     with Store.open(out / "locomo.db") as store:
         load_locomo(store, convs, embedder=embedder)
-        extracted = [] if ingest is None or "memstrata" not in systems else [
+        extracted = [] if ingest is None or not {"memstrata", "memory_routed"} & set(
+            systems) else [
             ingest_conversation(store, c.sample_id, c.sample_id, handle, settings=ingest,
                                 cache_path=out / "extractions.jsonl", embedder=embedder)
             for c in tqdm(convs, desc="extract", unit="conv", disable=not progress)]
@@ -420,18 +368,23 @@ def run_locomo_bench(
         path = path_fingerprint(personal)
         if ref is not None:  # another program, other answers
             path += f"+program{ref.sha256[:12]}"
-        if extracted:  # facts change what memstrata retrieves: their own key
-            path += f"+facts{ingest_fingerprint(handle, ingest)}"  # type: ignore[arg-type]
+        if extracted and ingest is not None:  # facts change what is retrieved: their own key
+            path += f"+facts{ingest_fingerprint(handle, ingest)}"
+        routed = routed_memory(store, handle, personal) if "memory_routed" in systems else None
         for q, system in _walk(questions, systems, progress):
             key = f"{system}|{handle.name}|{q.qid}|{fingerprint}"
             key += f"+{path}" if system == "memstrata" else ""  # its own code, its own key
+            key += f"+{path}+{routed_fingerprint()}" if system == "memory_routed" else ""
             record = cache.get(key)
             if record is None:
-                record = (answer_personal(personal, handle, key, q, store, settings,
-                                          program=ref)
-                          if system == "memstrata" else
-                          _answer(qa, handle, system, key, q, builders[system], store,
-                                  settings))
+                if system == "memstrata":
+                    record = answer_personal(personal, handle, key, q, store, settings,
+                                             program=ref)
+                elif routed is not None and system == "memory_routed":
+                    record = answer_routed(routed, handle, key, q, store, settings)
+                else:
+                    record = _answer(qa, handle, system, key, q, builders[system], store,
+                                     settings)
                 cache.put(record)
             if judge is not None and record.judge is None:
                 verdicts = {"original": _judge(answer_judge, judge, q, record.answer, False),

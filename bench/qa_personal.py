@@ -19,12 +19,12 @@ from dspy.utils.exceptions import ContextWindowExceededError
 from memstrata.memory import Store
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.answer import PersonalAnswerer
-from memstrata.programs.compiled import ProgramRef
+from memstrata.programs.answer_scores import score_answer
+from memstrata.programs.refs import ProgramRef
 from memstrata.trajectories import Recorder
 
 from .locomo import Question
-from .qa import Answer, QASettings
-from .qa_metrics import score_answer
+from .qa_types import Answer, QASettings
 
 
 def path_fingerprint(answerer: PersonalAnswerer) -> str:

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from memstrata.programs.answer_scores import score_answer
+
 from .metrics import percentiles
-from .qa_metrics import score_answer
 
 if TYPE_CHECKING:
     from .locomo import Question
-    from .qa import Answer
+    from .qa_types import Answer
 
 SCORED = (1, 2, 3, 4)
 COLUMNS = ("overall", "1", "2", "3", "4", "5")
@@ -76,4 +77,8 @@ def summarise(rows: list[tuple[Question, Answer]], *, judged: bool) -> dict[str,
         "llm_calls": sum(a.calls for a in answers),
         "failures": sum(1 for _, a in rows if a.error),
         "latency_s": percentiles([a.seconds for a in answers]),
+        # One F1 per scored question (categories 1-4, original key), keyed by question id,
+        # so two systems' answers to the same questions can be compared pairwise.
+        "f1_by_question": {q.qid: round(score_answer(a.answer, q.answer, q.category)["f1"], 4)
+                           for q, a in rows if q.category in SCORED and q.answer is not None},
     }

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from .baselines import TOKENIZERS, BM25Index
 from .corpus import EvalCorpus, EvalQuestion, load_corpus
+from .intervals import mean_interval, paired_ratio
 from .locomo import LoCoMoConversation, load_locomo
 from .metrics import percentiles, recall_at_k
 from .retrieval_cv import KNOBS, Evaluate, cross_validate
@@ -89,7 +90,7 @@ def _ranked_turns(retriever: Any, q: EvalQuestion) -> list[str]:
                                                       nodes=("turn",))]
 
 
-def _memoised(retriever: Retriever, progress: bool) -> Evaluate:
+def _memoised(retriever: Retriever, progress: bool) -> Evaluate[EvalQuestion]:
     """An evaluator for the cross-validation: each (weights, question) searched once."""
     cache: dict[tuple[str, str], list[str]] = {}
     bar = tqdm(desc="cv", unit="search", disable=not progress)
@@ -142,6 +143,7 @@ def _score(rankers: Mapping[str, Ranker], questions: Sequence[EvalQuestion], pro
     """Each ranker's recall (and, with ``corrected``, on the corrected evidence) and
     latency over ``questions``."""
     results: dict[str, Any] = {}
+    recalls: dict[str, dict[int, list[float]]] = {}
     for name, rank in rankers.items():
         rank(questions[0]) if questions else None  # warm caches outside the timings
         per_q, lat = [], []
@@ -153,6 +155,15 @@ def _score(rankers: Mapping[str, Ranker], questions: Sequence[EvalQuestion], pro
         results[name] = {**_summarise(per_q, False, categories), "latency_ms": percentiles(lat)}
         if corrected:
             results[name]["corrected"] = _summarise(per_q, True, categories)
+        recalls[name] = {k: [recall_at_k(ranked, rel, k) for q, ranked in per_q
+                             if (rel := _scoreable(q, False))] for k in KS}
+        results[name]["interval"] = {f"recall@{k}": mean_interval(v)
+                                     for k, v in recalls[name].items()}
+    if "memstrata" in recalls:  # each baseline against memstrata on the same questions
+        results["memstrata"]["vs"] = {
+            other: {f"recall@{k}": dict(zip(("ratio", "interval"), paired_ratio(
+                recalls["memstrata"][k], recalls[other][k]), strict=True)) for k in KS}
+            for other in recalls if other != "memstrata"}
     return results
 
 

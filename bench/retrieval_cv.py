@@ -14,7 +14,7 @@ only the protocol: which questions may choose a knob, and which are scored.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from memstrata.memory import SearchWeights
 
@@ -57,8 +57,10 @@ KNOBS: dict[str, tuple[float, ...]] = {
     "graph_second": (0.0, 0.5, 1.0),
 }
 
+Q = TypeVar("Q", bound=Question)
+
 #: qid -> that question's ranked turn ids, for the given weights and questions.
-Evaluate = Callable[[SearchWeights, Sequence[Question]], Mapping[str, list[str]]]
+Evaluate = Callable[[SearchWeights, Sequence[Q]], Mapping[str, list[str]]]
 
 
 def mean_recall(rankings: Mapping[str, list[str]], questions: Sequence[Question],
@@ -68,7 +70,7 @@ def mean_recall(rankings: Mapping[str, list[str]], questions: Sequence[Question]
     return sum(scored) / len(scored) if scored else 0.0
 
 
-def tune(evaluate: Evaluate, questions: Sequence[Question], start: SearchWeights,
+def tune(evaluate: Evaluate[Q], questions: Sequence[Q], start: SearchWeights,
          knobs: Mapping[str, Sequence[float]] | None = None, rounds: int = 2, k: int = 10,
          ) -> tuple[SearchWeights, float]:
     """Coordinate ascent on mean recall@k over ``questions``; returns (weights, score).
@@ -101,7 +103,7 @@ def changed(start: SearchWeights, chosen: SearchWeights) -> dict[str, Any]:
     return {key: value for key, value in after.items() if before[key] != value}
 
 
-def cross_validate(evaluate: Evaluate, questions: Sequence[Question], start: SearchWeights,
+def cross_validate(evaluate: Evaluate[Q], questions: Sequence[Q], start: SearchWeights,
                    knobs: Mapping[str, Sequence[float]] | None = None, rounds: int = 2,
                    k: int = 10) -> dict[str, Any]:
     """Leave-one-conversation-out: knobs chosen on the others, scored on the one left out.

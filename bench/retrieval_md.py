@@ -36,6 +36,33 @@ def _at(block: dict[str, Any] | None, k: int) -> float | None:
     return None if block is None else block[f"recall@{k}"]["overall"]
 
 
+def _span(interval: list[float] | tuple[float, float] | None, fmt: str = "{:.3f}") -> str:
+    return "" if not interval else f" [{fmt.format(interval[0])}, {fmt.format(interval[1])}]"
+
+
+def intervals_table(corpora: dict[str, Any], k: int = 10) -> list[str]:
+    """memstrata and ``bm25_tokens`` recall@k per corpus with their 95% intervals, and the
+    ratio of the two on the same questions with its paired interval (markdown lines)."""
+    lines = ["", f"## recall@{k} with 95% intervals (bootstrap over questions)", "",
+             "| corpus | questions | memstrata | bm25_tokens | ratio (paired) |",
+             "|---|---:|---|---|---|"]
+    for corpus, doc in corpora.items():
+        systems = doc["systems"]
+        mine, bm25 = systems.get("memstrata"), systems.get("bm25_tokens")
+        if mine is None or bm25 is None or "interval" not in mine:
+            continue
+        key = f"recall@{k}"
+        vs = mine.get("vs", {}).get("bm25_tokens", {}).get(key, {})
+        ratio = vs.get("ratio")
+        lines.append(
+            f"| {corpus} | {doc['questions']['overall']} | {_f(_at(mine, k))}"
+            f"{_span(mine['interval'].get(key))} | {_f(_at(bm25, k))}"
+            f"{_span(bm25.get('interval', {}).get(key))} | "
+            f"{'-' if ratio is None else f'{ratio:.2f}x'}"
+            f"{_span(vs.get('interval'), '{:.2f}x')} |")
+    return lines
+
+
 def retrieval_markdown(doc: dict[str, Any]) -> str:
     """The tables of a ``retrieval.json`` document (one corpus or several)."""
     corpora = doc["corpora"]
@@ -66,6 +93,7 @@ def retrieval_markdown(doc: dict[str, Any]) -> str:
                 f"| {corpus} | {k} | {_f(_at(mine, k))} | {_ratio(_at(mine, k), bm25)} | "
                 f"{best or '-'} {_f(best_v)} | {_ratio(_at(mine, k), best_v)} | {_f(cv)} | "
                 f"{_ratio(cv, bm25)} | {_ratio(cv, best_v)} |")
+    lines += intervals_table(corpora)
     lines += ["", "## Search latency (ms, p50 / p95)", "",
               "| system | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for system in dict.fromkeys(s for c in names for s in corpora[c]["systems"]):

@@ -160,13 +160,14 @@ class Corpus:
         """Item ``i`` as the pydantic model of its kind."""
         _, model, _ = KINDS[int(self.kind[i])]
         users = (MAIN_USER, *OTHER_USERS)
-        return model(
+        # Each model's own ``kind`` default applies (``Item`` itself has none).
+        return model.model_validate(dict(
             id=self.ids[i], user_id=users[int(self.tenant[i])], text=self.text(i),
             tags=self.item_tags(i), speaker=SPEAKERS[int(self.speaker[i])],
             event_time=datetime.fromtimestamp(TIME_START.timestamp() + float(self.event_s[i]),
                                               tz=UTC),
             source="scale-bench",
-        )
+        ))
 
 
 def _zipf_p(n: int, s: float = ZIPF_S) -> np.ndarray:

@@ -28,6 +28,7 @@ from memstrata.memory.models import with_caption
 from memstrata.memory.voe_facts import VoEFacts, similarity
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.voe import (
+    HIT,
     MAX_MESSAGE_CHARS,
     VoELoop,
     VoESettings,
@@ -40,7 +41,6 @@ from tqdm import tqdm
 from .locomo import LoCoMoConversation, read_subset, turn_metadata
 
 ARMS = ("baseline", "voe")
-HIT = 0.6
 
 
 def pick_sessions(convs: list[LoCoMoConversation], limit: int | None

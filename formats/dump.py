@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memstrata.memory import Store
+from memstrata.memory import MemoryStore
 from memstrata.memory.models import ITEM_ADAPTER, Conversation, Edge, Session, Turn
 from pydantic import ValidationError
 
@@ -28,7 +28,7 @@ VERSION = 1
 _ORDER = ("conversation", "session", "turn", "item", "edge", "blob", "version")
 
 
-def export_tenant(store: Store, user_id: str, path: Path) -> int:
+def export_tenant(store: MemoryStore, user_id: str, path: Path) -> int:
     """Write everything of ``user_id`` to ``path`` as JSONL; returns the lines written.
 
     The file is written beside ``path`` (``NAME.partial``) and renamed when whole; on any
@@ -129,7 +129,7 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
-def import_tenant(store: Store, path: Path, user_id: str | None = None) -> dict[str, int]:
+def import_tenant(store: MemoryStore, path: Path, user_id: str | None = None) -> dict[str, int]:
     """Write an export back (into ``user_id``, default the exported tenant).
 
     Raises:

@@ -179,6 +179,7 @@ def to_record(conv: LoCoMoConversation, path: str = "<locomo>") -> ConversationR
             except ValidationError as exc:
                 raise LoCoMoError(path, f"conversation {conv.sample_id}, turn {raw['dia_id']}",
                                   "; ".join(e["msg"] for e in exc.errors())) from None
+        # Session N is "session_N": LoCoMo's key, and the id Memory gives a Nth session.
         sessions.append(SessionRecord(id=f"session_{index}", started_at=date,
                                       messages=messages))
     return ConversationRecord(
@@ -227,7 +228,8 @@ def _parse_conversation(path: Path, n: int, record: Any) -> LoCoMoConversation:
             raise LoCoMoError(name, f"{where}, qa #{q_n}", "each question needs a string "
                               "'question'")
         try:
-            category = int(item.get("category"))  # type: ignore[arg-type]
+            raw_category: Any = item.get("category")  # JSON: int() says if it is a number
+            category = int(raw_category)
         except (TypeError, ValueError) as exc:
             raise LoCoMoError(name, f"{where}, qa #{q_n}",
                               f"bad category {item.get('category')!r}") from exc

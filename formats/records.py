@@ -144,9 +144,10 @@ def to_message(raw: Any) -> Message:
         parsed, role, speaker = _responses_item(raw, kind)
         named = None  # an item's "name" is its tool's
     else:
-        speaker = raw.get("speaker") or raw.get("name") or raw.get("role")
-        if not isinstance(speaker, str) or not speaker.strip():
+        given = raw.get("speaker") or raw.get("name") or raw.get("role")
+        if not isinstance(given, str) or not given.strip():
             raise ValueError('a message needs "speaker" or "role" (a non-empty string)')
+        speaker = given
         parsed = _chat_content(raw)
         named = raw.get("speaker") or raw.get("name")
     metadata = raw.get("metadata") or {}

@@ -38,13 +38,14 @@ from .models import (
 from .query import QueryAnalysis, analyse
 from .retrieval import Retriever, SearchWeights
 from .store import Filters, Store
+from .store.protocol import MemoryStore
 
 __all__ = [
     "DEFAULT_MODEL", "ITEM_KINDS", "ConsolidatedItem", "Conversation", "Edge", "Embedder",
     "EntityItem", "EpisodicItem", "FactItem", "Filters", "Hit", "Item", "MPNetEmbedder",
-    "MiniLMEmbedder", "PersonaItem", "ProceduralItem", "ProspectiveItem", "QAPairItem",
-    "QueryAnalysis", "Retriever", "SearchWeights", "SemanticItem", "SensoryItem", "Session",
-    "StaticMiniLMEmbedder", "StaticModelEmbedder", "Store", "StoreError", "StrategyItem",
+    "MemoryStore", "MiniLMEmbedder", "PersonaItem", "ProceduralItem", "ProspectiveItem",
+    "QAPairItem", "QueryAnalysis", "Retriever", "SearchWeights", "SemanticItem", "SensoryItem",
+    "Session", "StaticMiniLMEmbedder", "StaticModelEmbedder", "Store", "StoreError", "StrategyItem",
     "Turn", "WorkingItem",
     "analyse", "default_embedder", "embedder_by_name",
 ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import text as textmod
@@ -109,8 +110,8 @@ def credit_turn(text: str, speaker: str, addressee: str | None, previous: set[st
             owners = mentioned
         if not owners:
             echo = tokens & previous if previous_speaker else set()
-            if echo:
-                out.setdefault(previous_speaker, set()).update(echo)  # type: ignore[arg-type]
+            if echo and previous_speaker:
+                out.setdefault(previous_speaker, set()).update(echo)
             tokens -= echo
             owners = {speaker}
         for person in owners:
@@ -118,21 +119,21 @@ def credit_turn(text: str, speaker: str, addressee: str | None, previous: set[st
     return out
 
 
-def index_conversation(conversation_id: str, turns: list[Turn], items: list[Item] = ()
-                       ) -> ConversationIndex:  # type: ignore[assignment]
+def index_conversation(conversation_id: str, turns: Sequence[Turn], items: Sequence[Item] = ()
+                       ) -> ConversationIndex:
     """Credit every turn (in conversation order) and item of one conversation."""
     # Participants are the people who speak (items only when there are no turns): a third
     # party's facts are kept under their name, but grammar says nothing about them.
     participants = sorted({t.speaker for t in turns}
-                          or {i.about or i.speaker for i in items if i.about or i.speaker})
+                          or {who for i in items if (who := i.about or i.speaker)})
     names = _name_tokens(participants)
     units: list[Unit] = []
     prev: Turn | None = None
     prev_tokens: set[str] = set()
     for turn in turns:
         text = with_caption(turn.text, turn.metadata)
-        same = prev is not None and prev.session_id == turn.session_id
-        replying_to = prev.speaker if same and prev.speaker != turn.speaker else None  # type: ignore[union-attr]
+        replying_to = (prev.speaker if prev is not None and prev.session_id == turn.session_id
+                       and prev.speaker != turn.speaker else None)
         others = [p for p in participants if p != turn.speaker]
         addressee = replying_to or (others[0] if len(others) == 1 else None)
         people = credit_turn(text, turn.speaker, addressee,

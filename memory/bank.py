@@ -59,7 +59,7 @@ from rapidfuzz import fuzz
 from . import text as textmod
 from .embed import Embedder
 from .models import StrategyItem, utcnow
-from .store import Store
+from .store.protocol import MemoryStore
 from .supersede import supersede
 
 Action = Literal["add", "merge", "supersede", "discard"]
@@ -85,7 +85,7 @@ def gist(item: StrategyItem) -> str:
     return fold(f"{item.title} {item.description or item.text}")
 
 
-def active_strategies(store: Store, user_id: str, page: int = 500) -> list[StrategyItem]:
+def active_strategies(store: MemoryStore, user_id: str, page: int = 500) -> list[StrategyItem]:
     """The tenant's strategies still valid (``valid_to`` is None), oldest record first."""
     found: list[StrategyItem] = []
     offset = 0
@@ -107,7 +107,7 @@ def embedding_text(item: StrategyItem) -> str:
     return "\n".join(p for p in (item.title, item.description, item.text) if p.strip())
 
 
-def embed_strategies(store: Store, user_id: str, embedder: Embedder,
+def embed_strategies(store: MemoryStore, user_id: str, embedder: Embedder,
                      ids: Sequence[str] | None = None) -> int:
     """Store vectors under ``embedder.name`` for strategies, so dense retrieval sees them.
 
@@ -179,7 +179,7 @@ class ConsolidationPolicy(BaseModel):
     min_distinct: float = Field(default=0.4, ge=0, le=1)
     generic: list[str] = Field(default_factory=lambda: list(GENERIC_ADVICE))
 
-    def decide(self, store: Store, user_id: str, candidate: StrategyItem) -> Decision:
+    def decide(self, store: MemoryStore, user_id: str, candidate: StrategyItem) -> Decision:
         """The decision for ``candidate``; reads the store, writes nothing.
 
         Raises:
@@ -228,7 +228,7 @@ class ConsolidationPolicy(BaseModel):
                         f"{twin.polarity} item '{twin.title}'", twin, score)
         return made("add", "novel", "no duplicate, conflict or noise found")
 
-    def apply(self, store: Store, user_id: str, decision: Decision) -> Decision:
+    def apply(self, store: MemoryStore, user_id: str, decision: Decision) -> Decision:
         """Carry out ``decision`` and log it, in one transaction; returns it completed."""
         cand = decision.candidate
         done = decision.model_copy()
@@ -255,7 +255,7 @@ class ConsolidationPolicy(BaseModel):
                 "polarity": cand.polarity}, agent_id=cand.agent_id)
         return done
 
-    def consolidate(self, store: Store, user_id: str, candidate: StrategyItem) -> Decision:
+    def consolidate(self, store: MemoryStore, user_id: str, candidate: StrategyItem) -> Decision:
         """``decide`` then ``apply``: the one call a closed loop makes per new strategy."""
         return self.apply(store, user_id, self.decide(store, user_id, candidate))
 
@@ -282,7 +282,7 @@ class ConsolidationPolicy(BaseModel):
         return None
 
     @staticmethod
-    def _exact(store: Store, user_id: str, candidate: StrategyItem) -> StrategyItem | None:
+    def _exact(store: MemoryStore, user_id: str, candidate: StrategyItem) -> StrategyItem | None:
         found = store.duplicate_of(candidate)
         item = store.get(user_id, found) if found else None
         return item if isinstance(item, StrategyItem) else None

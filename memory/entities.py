@@ -28,12 +28,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from itertools import pairwise
+from operator import attrgetter
 from typing import Any
 
 from .models import Edge, EntityItem, FactItem
 from .person_patterns import SINGLE_VALUED
 from .profile import Corpus, Profile, build_profile, fact_relation, same_value
-from .store import Filters, Store
+from .store import Filters
+from .store.protocol import MemoryStore
 from .supersede import supersede
 
 SAME_AS, DISTINCT_FROM = "same_as", "distinct_from"
@@ -46,7 +48,7 @@ def entity_id(user_id: str, conversation_id: str | None, name: str) -> str:
     return "i_ent" + hashlib.sha1(key.encode()).hexdigest()[:22]
 
 
-def find_entities(store: Store, user_id: str, conversation_id: str, name: str
+def find_entities(store: MemoryStore, user_id: str, conversation_id: str, name: str
                   ) -> list[EntityItem]:
     """Stored entities of a conversation with this name (or alias), case-insensitive."""
     ids = store.allowed_ids(user_id, Filters(kinds=["entity"], conversation_id=conversation_id))
@@ -55,7 +57,7 @@ def find_entities(store: Store, user_id: str, conversation_id: str, name: str
             and folded in {e.name.casefold(), *(a.casefold() for a in e.aliases)}]
 
 
-def conversation_facts(store: Store, user_id: str, conversation_id: str, name: str
+def conversation_facts(store: MemoryStore, user_id: str, conversation_id: str, name: str
                        ) -> list[FactItem]:
     """Stored facts of a conversation about (or, with no subject person, by) ``name``."""
     ids = store.allowed_ids(user_id, Filters(kinds=["fact"], conversation_id=conversation_id))
@@ -64,7 +66,7 @@ def conversation_facts(store: Store, user_id: str, conversation_id: str, name: s
             and (f.about or f.speaker or "").casefold() == folded]
 
 
-def same_person_conversations(store: Store, user_id: str, conversation_id: str, name: str
+def same_person_conversations(store: MemoryStore, user_id: str, conversation_id: str, name: str
                               ) -> list[str]:
     """The conversations whose ``name`` the reconciler merged with this one's (this one
     first): person memory across conversations follows ``same_as`` edges, never names."""
@@ -73,8 +75,9 @@ def same_person_conversations(store: Store, user_id: str, conversation_id: str, 
         for up in store.edges(user_id, src=entity.id, relation=SAME_AS):
             for down in store.edges(user_id, dst=up.dst, relation=SAME_AS):
                 other = store.get(user_id, down.src)
-                if other is not None and other.conversation_id not in (None, *convs):
-                    convs.append(other.conversation_id)
+                found = None if other is None else other.conversation_id
+                if found is not None and found not in convs:
+                    convs.append(found)
     return convs
 
 
@@ -107,7 +110,7 @@ def entity_from_profile(user_id: str, profile: Profile) -> EntityItem:
         evidence=evidence, event_time=profile.first, source="entities:turns")
 
 
-def ensure_entities(store: Store, user_id: str, conversation_id: str | None = None,
+def ensure_entities(store: MemoryStore, user_id: str, conversation_id: str | None = None,
                     corpus: Corpus | None = None) -> list[EntityItem]:
     """Every speaker's entity in one conversation (or all), made where none exists."""
     corpus = corpus or Corpus(store.turns(user_id))
@@ -128,14 +131,14 @@ def ensure_entities(store: Store, user_id: str, conversation_id: str | None = No
     return out + new
 
 
-def _entities(store: Store, user_id: str, ids: Sequence[str]) -> list[EntityItem]:
+def _entities(store: MemoryStore, user_id: str, ids: Sequence[str]) -> list[EntityItem]:
     found = [e for e in store.get_many(user_id, list(ids)) if isinstance(e, EntityItem)]
     if len(found) != len(set(ids)):
         raise KeyError(f"not all of {list(ids)} are entities of user {user_id!r}")
     return found
 
 
-def record_merge(store: Store, user_id: str, ids: Sequence[str], reason: str,
+def record_merge(store: MemoryStore, user_id: str, ids: Sequence[str], reason: str,
                  metadata: dict[str, Any] | None = None) -> str:
     """Store a MERGE of conversation entities; returns the person entity's id."""
     ents = _entities(store, user_id, ids)
@@ -170,7 +173,7 @@ def record_merge(store: Store, user_id: str, ids: Sequence[str], reason: str,
     return person_id
 
 
-def record_separate(store: Store, user_id: str, a: str, b: str, reason: str,
+def record_separate(store: MemoryStore, user_id: str, a: str, b: str, reason: str,
                     metadata: dict[str, Any] | None = None) -> None:
     """Store a SEPARATE: a ``distinct_from`` edge from ``a`` to ``b`` with the reason."""
     _entities(store, user_id, [a, b])
@@ -178,7 +181,7 @@ def record_separate(store: Store, user_id: str, a: str, b: str, reason: str,
                           metadata={"reason": reason[:1000], **(metadata or {})})])
 
 
-def supersede_across(store: Store, user_id: str, facts: Sequence[FactItem], reason: str
+def supersede_across(store: MemoryStore, user_id: str, facts: Sequence[FactItem], reason: str
                      ) -> list[tuple[str, str]]:
     """Supersede, per single-valued relation, each still-valid fact by the next one in
     time with another value; returns the (old, new) id pairs."""
@@ -189,7 +192,7 @@ def supersede_across(store: Store, user_id: str, facts: Sequence[FactItem], reas
         if relation in SINGLE_VALUED and f.event_time is not None:
             groups.setdefault(relation, []).append(f)
     for group in groups.values():
-        group.sort(key=lambda f: f.event_time)  # type: ignore[arg-type, return-value]
+        group.sort(key=attrgetter("event_time"))  # each has one (filtered above)
         for old, new in pairwise(group):
             if (old.valid_to is None and new.event_time != old.event_time
                     and not same_value(old.object, new.object)):

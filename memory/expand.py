@@ -30,7 +30,7 @@ import numpy as np
 
 from . import text as textmod
 from .embed import Embedder
-from .store import Store
+from .store.protocol import MemoryStore
 
 
 @dataclass
@@ -63,7 +63,7 @@ class TermExpander:
         ['place', 'downtown', 'locat', 'visit', 'trip', 'explor']
     """
 
-    def __init__(self, store: Store, embedder: Embedder, *, max_rows: int = 50_000) -> None:
+    def __init__(self, store: MemoryStore, embedder: Embedder, *, max_rows: int = 50_000) -> None:
         self.store = store
         self.embedder = embedder
         self.max_rows = max_rows

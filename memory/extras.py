@@ -13,6 +13,7 @@ comes with extras (``pip install 'memstrata[NAME]'``; ``all`` is every one of th
 - ``mcp``: the MCP server, ``memstrata mcp`` (the official ``mcp`` SDK).
 - ``optimize``: what DSPy's optimizers need beyond DSPy (optuna, for MIPROv2).
 - ``postgres``: the PostgreSQL store, ``memory/store/pg`` (psycopg 3 and its pool).
+- ``server``: ``memstrata serve`` and ``memstrata ui`` (starlette, uvicorn, jinja2).
 
 Code that needs one imports it here, inside the function that needs it, so the core
 imports none of them. Like the rest of ``memory``, this module imports nothing of memstrata.
@@ -50,6 +51,8 @@ PACKAGES = {
     "psycopg": "psycopg",
     "psycopg_pool": "psycopg-pool",
     "mkdocs": "mkdocs",
+    "starlette": "starlette",
+    "uvicorn": "uvicorn",
 }
 
 #: Each extra's top-level modules (pyproject.toml's optional-dependencies, by module).
@@ -64,6 +67,7 @@ EXTRAS = {
     # psycopg_pool (PACKAGES: psycopg-pool) comes with it, as psycopg's `pool` extra.
     "postgres": ("psycopg",),
     "docs": ("mkdocs",),  # the site (mkdocs.yml): mkdocs-material and mkdocstrings with it
+    "server": ("starlette", "uvicorn"),  # jinja2 with them: the inspector's templates
 }
 
 

@@ -23,6 +23,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
+from operator import attrgetter
 
 from pydantic import BaseModel
 from rapidfuzz import fuzz
@@ -31,7 +32,7 @@ from . import text as textmod
 from .models import Edge, FactItem, Item, QAPairItem
 from .person_patterns import SINGLE_VALUED
 from .profile import fact_relation, same_value
-from .store import Store
+from .store.protocol import MemoryStore
 from .supersede import supersede
 
 
@@ -101,7 +102,7 @@ def contradictions(facts: Sequence[FactItem]) -> list[tuple[FactItem, FactItem]]
         if fact.event_time is not None and single_valued(fact.predicate):
             groups[(fact.about or "", fact_relation(fact.predicate))].append(fact)
     for group in groups.values():
-        group.sort(key=lambda f: f.event_time)  # type: ignore[arg-type, return-value]
+        group.sort(key=attrgetter("event_time"))  # each has one (filtered above)
         for older, newer in pairwise(group):
             if newer.event_time != older.event_time and not same_value(older.object,
                                                                        newer.object):
@@ -140,7 +141,7 @@ class FactEvent(BaseModel):
     previous_id: str | None = None
 
 
-def reconcile_conversation(store: Store, user_id: str, facts: Sequence[FactItem],
+def reconcile_conversation(store: MemoryStore, user_id: str, facts: Sequence[FactItem],
                            qa: Sequence[QAPairItem], turn_ids: dict[str, str], *,
                            fuzzy: float = 90.0, existing: Sequence[FactItem] = (),
                            events: list[FactEvent] | None = None) -> HierarchyStats:

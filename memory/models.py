@@ -8,7 +8,7 @@ time (when a thing happened) and record time (when we learned it) are separate f
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -234,7 +234,7 @@ class ProspectiveItem(Item):
 
 WorkingSlot = Literal["question", "retrieved_fact", "reasoning_step", "context", "plan",
                       "evaluation"]
-WORKING_SLOTS: tuple[str, ...] = WorkingSlot.__args__  # type: ignore[attr-defined]
+WORKING_SLOTS: tuple[str, ...] = get_args(WorkingSlot)
 
 
 class WorkingItem(Item):

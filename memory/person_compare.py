@@ -97,7 +97,8 @@ def compare(a: Profile, b: Profile) -> Comparison:
             differing[relation] = {"a": rest_a, "b": rest_b}
     n_relations = len(shared)
     taken = {s.value.casefold() for s in shared}
-    own, weak = [], []
+    own: list[Shared] = []
+    weak: list[Shared] = []
     for name in sorted(set(a.names) & set(b.names)):
         if name.casefold() in taken:
             continue  # already counted as a relation's value
@@ -154,15 +155,15 @@ def clashes(a: Profile, b: Profile) -> tuple[list[Clash], list[Clash]]:
                 changes.append(Clash(relation=x.relation, a=_claim(x), b=_claim(y),
                                      why="different values at separate times: may be a change"
                                          " in one life (evolution), or two people"))
-    for x in _locations(a):
-        for y in _locations(b):
-            if x.when and y.when and x.when.date() == y.when.date() and not same_value(
-                    x.value, y.value):
+    for la in _locations(a):
+        for lb in _locations(b):
+            if la.when and lb.when and la.when.date() == lb.when.date() and not same_value(
+                    la.value, lb.value):
                 contradictions.append(Clash(
                     relation="location",
-                    a=Claim(value=x.value, start=day(x.when), end=day(x.when),
-                            evidence=[x.evidence]),
-                    b=Claim(value=y.value, start=day(y.when), end=day(y.when),
-                            evidence=[y.evidence]),
-                    why=f"in two places on the same day, {day(x.when)}"))
+                    a=Claim(value=la.value, start=day(la.when), end=day(la.when),
+                            evidence=[la.evidence]),
+                    b=Claim(value=lb.value, start=day(lb.when), end=day(lb.when),
+                            evidence=[lb.evidence]),
+                    why=f"in two places on the same day, {day(la.when)}"))
     return contradictions, changes

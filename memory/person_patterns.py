@@ -15,8 +15,10 @@ occupational suffix ("-er", "-ist", "guard", ...), so "I'm a big fan of" is no j
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 NAME = r"([A-Z][a-z'’-]+(?:\s[A-Z][a-z'’-]+){0,2})"
 # A lower-case phrase (an employer, a team), ended by punctuation or a joining word.
@@ -72,7 +74,7 @@ def _role(role: str, org: str) -> str:
 
 
 # (relation, kind, pattern, value builder from the match's groups)
-_Rule = tuple[str, str, re.Pattern[str], object]
+_Rule = tuple[str, str, re.Pattern[str], Callable[[tuple[Any, ...]], str]]
 _RULES: list[_Rule] = [
     ("spouse", "state", re.compile(
         rf"(?i:\b(?:my|the)\s+(?:wife|husband|spouse|hubby|missus))\b(?:,?\s+{NAME})?"),
@@ -141,7 +143,7 @@ def observe(text: str, when: datetime | None, evidence: str) -> list[Observation
     ends = [m.span() for relation, kind, _, m in matches if (relation, kind) == ("job", "end")]
     found: list[Observation] = []
     for relation, kind, build, match in matches:
-        value = build(match.groups())  # type: ignore[operator]
+        value = build(match.groups())
         if (relation, kind) == ("job", "state"):
             if " @ " in value and not _OCCUPATION.search(value.split(" @ ")[0]):
                 continue  # "I'm a big fan of ...": not an occupation

@@ -12,12 +12,13 @@ from collections.abc import Sequence
 
 from .entities import same_person_conversations
 from .models import Edge, FactItem, PersonaItem
-from .store import Filters, Store
+from .store import Filters
+from .store.protocol import MemoryStore
 
 MAX_PER_PERSON = 40
 
 
-def build_persona(store: Store, user_id: str, conversation_id: str, people: Sequence[str],
+def build_persona(store: MemoryStore, user_id: str, conversation_id: str, people: Sequence[str],
                   facts: Sequence[FactItem], *, limit: int = MAX_PER_PERSON) -> int:
     """Write the persona rows of ``people`` from ``facts`` (stored ones); returns the count.
 
@@ -45,7 +46,7 @@ def build_persona(store: Store, user_id: str, conversation_id: str, people: Sequ
     return len(rows)
 
 
-def persona(store: Store, user_id: str, person: str, conversation_id: str
+def persona(store: MemoryStore, user_id: str, person: str, conversation_id: str
             ) -> list[PersonaItem]:
     """The persona of ``person`` as ``conversation_id`` knows them, plus the rows of every
     conversation the reconciler merged them with — never of a namesake merely sharing
@@ -57,7 +58,7 @@ def persona(store: Store, user_id: str, person: str, conversation_id: str
     return sorted(rows, key=lambda r: -r.confidence)
 
 
-def _ids(store: Store, user_id: str, conversation_id: str) -> list[str]:
+def _ids(store: MemoryStore, user_id: str, conversation_id: str) -> list[str]:
     """A conversation's persona rows, by index (not a scan of the tenant's items)."""
     return sorted(store.allowed_ids(user_id, Filters(kinds=["persona"],
                                                      conversation_id=conversation_id)))

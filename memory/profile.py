@@ -176,8 +176,8 @@ def build_profile(corpus: Corpus, conversation_id: str, name: str, *,
     turns = corpus.by_person.get(key, [])
     obs = [o for t in turns for o in observe(t.text, t.event_time, t.turn_id)]
     obs += _fact_observations(facts or [])
-    dates = corpus.dates.get(conversation_id) or [None]
-    first, last = min(dates, default=None), max(dates, default=None)  # type: ignore[type-var]
+    dates = corpus.dates.get(conversation_id) or []
+    first, last = min(dates, default=None), max(dates, default=None)
     segments = [s for rel in SINGLE_VALUED for s in _segments(
         rel, [o for o in obs if o.relation == rel], first, last)]
     names: dict[str, tuple[int, str, bool]] = {}

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -53,7 +53,8 @@ from .locking import stored_value
 from .models import Hit, as_utc, with_caption
 from .passages import PASSAGE_CHARS, best_passage
 from .query import QueryAnalysis, analyse
-from .store import Facets, Filters, Ref, Store, node_type
+from .store import Facets, Filters, Ref, node_type
+from .store.protocol import MemoryStore
 from .timeparse import resolve_times, says_when
 
 DEFAULT_MIN_SCORE = 0.1
@@ -62,6 +63,21 @@ COSINE_NONE, COSINE_FULL = 0.2, 0.6
 """A dense cosine at or below ``COSINE_NONE`` says nothing of relevance; one at
 ``COSINE_FULL`` or above counts as fully relevant (the default static encoder's
 unrelated short texts score about 0-0.2 against a question)."""
+
+class _CommonTerms(TypedDict):
+    """How a lexical search treats the query's common terms (``SearchWeights``' fields)."""
+
+    common_share: float
+    common_min_docs: int
+    common_budget: int
+
+
+class _Scoring(_CommonTerms):
+    """Every scoring option a lexical channel passes to ``lexical_refs``."""
+
+    context_weight: float
+    idf_shift: float
+
 
 Channel = tuple[str, float, list[tuple[Ref, float]]]
 """One ranked list of a search: its name (``lexical``, ``feedback``, ``expansion``,
@@ -164,7 +180,7 @@ class Retriever:
     """
 
     def __init__(
-        self, store: Store, embedder: Embedder | None = None,
+        self, store: MemoryStore, embedder: Embedder | None = None,
         weights: SearchWeights | None = None,
     ) -> None:
         self.store = store
@@ -259,9 +275,10 @@ class Retriever:
         by_id = {node_id: ref for node_id, _, ref in top}
         relevance = self._relevance(user_id, qa, hits, [cosines.get(by_id[h.id]) for h in hits],
                                     expansion)
-        best = hits[0].fused if hits else 0.0
+        top_fused = hits[0].fused if hits else 0.0
         for hit in hits:
-            hit.score = round(relevance * hit.fused / best, 6) if best > 0 else 0.0
+            hit.score = (round(relevance * hit.fused / top_fused, 6) if top_fused > 0
+                         else 0.0)
         return hits
 
     def _relevance(self, user_id: str, qa: QueryAnalysis, hits: list[Hit],
@@ -325,9 +342,10 @@ class Retriever:
         """bm25, its feedback and expansion re-runs, and bm25 within each named speaker's
         turns."""
         w = self.weights
-        common = {"common_share": w.common_share, "common_min_docs": w.common_min_docs,
-                  "common_budget": w.common_budget}
-        scoring = {"context_weight": w.context, "idf_shift": w.idf_shift, **common}
+        common: _CommonTerms = {"common_share": w.common_share,
+                                "common_min_docs": w.common_min_docs,
+                                "common_budget": w.common_budget}
+        scoring: _Scoring = {"context_weight": w.context, "idf_shift": w.idf_shift, **common}
         out: list[Channel] = []
         lexical = self.store.lexical_refs
         if w.lexical:
@@ -386,7 +404,8 @@ class Retriever:
         """Cosine over all the tenant's vectors, and within each named speaker's turns
         (``Store.dense_refs``: NumPy over the cached matrix, or pgvector in PostgreSQL)."""
         w = self.weights
-        name = self.embedder.name  # type: ignore[union-attr]
+        assert self.embedder is not None  # the query vector came from it
+        name = self.embedder.name
         dense = self.store.dense_refs
         out: list[Channel] = []
         if w.dense:
@@ -479,7 +498,7 @@ class Retriever:
                 factor *= 1.0 + (w.speaker_boost if row.speaker not in qa.addressed
                                  else w.role_boost)
             when = row.event_time
-            if w.time_boost and start and when and start <= when <= end:  # type: ignore[operator]
+            if w.time_boost and start and end and when and start <= when <= end:
                 factor *= 1.0 + w.time_boost
             scores[node_id] *= factor
 
@@ -639,7 +658,7 @@ def _hit(node_id: str, fused: float, row: dict[str, Any], channels: dict[str, fl
         text = with_caption(row["text"], json.loads(row.get("metadata") or "{}"))
         quote = best_passage(text, words)[0] if len(text) > PASSAGE_CHARS else None
         return Hit(
-            id=node_id, node=node_type(node_id), kind=row["kind"], text=text, score=0.0,  # type: ignore[arg-type]
+            id=node_id, node=node_type(node_id), kind=row["kind"], text=text, score=0.0,
             fused=fused, quote=quote,
             speaker=row.get("speaker"), conversation_id=row.get("conversation_id"),
             turn_id=row.get("turn_id"),

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from .attribution import ConversationIndex, index_conversation
 from .models import Item
 from .query import named_speakers, time_range
-from .store import Store
+from .store.protocol import MemoryStore
 
 #: Item kinds whose text says something about a person (credited to ``about``/``speaker``).
 ATTRIBUTED_KINDS = ("fact", "persona", "qa", "semantic", "episodic")
@@ -45,7 +45,7 @@ class Router:
         ['Ana']
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self._indexes: dict[tuple[str, str], tuple[str, ConversationIndex]] = {}
 

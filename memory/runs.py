@@ -205,7 +205,7 @@ class Runs(StoreTables):
 
     def _new_id(self, user_id: str, query: str, args: Sequence[Any]) -> int:
         """Run one INSERT into a table with an integer key; the new row's key."""
-        return int(self.store.conn.execute(query, args).lastrowid or 0)
+        return int(self._sqlite.conn.execute(query, args).lastrowid or 0)
 
     def _steps_owner(self, run_id: str) -> str | None:
         """The tenant column's value for a run's new steps (SQLite's steps have no tenant

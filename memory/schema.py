@@ -297,6 +297,58 @@ MIGRATIONS: list[Migration] = [
         """,
     ),
     (10, "speaker-free turn index", _speakerless_turn_index),
+    (
+        11,
+        "extraction jobs",
+        # The durable queue of background extraction (store/jobs.py): one row a job, written
+        # in the transaction that stores the turns it covers. rowid orders a conversation's
+        # jobs; a lease (owner, expiry) marks the worker running one, so a killed worker's
+        # job is taken again once its lease expires. params and result are JSON.
+        """
+        CREATE TABLE jobs (
+            rowid INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            user_id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending',
+            params TEXT NOT NULL DEFAULT '{}',
+            attempts INTEGER NOT NULL DEFAULT 0,
+            max_attempts INTEGER NOT NULL,
+            error TEXT,
+            lease_owner TEXT,
+            lease_until TEXT,
+            run_after TEXT NOT NULL,
+            result TEXT,
+            facts INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX jobs_status ON jobs (status, rowid);
+        CREATE INDEX jobs_tenant ON jobs (user_id, conversation_id, rowid)
+        """,
+    ),
+    (
+        12,
+        "api keys",
+        # The keys of ``memstrata serve`` (memory/store/keys.py): only each key's SHA-256
+        # is stored. ``tenant``, not ``user_id``: forgetting a tenant's memories leaves
+        # its keys (a table with a ``user_id`` column is emptied by ``forget_user``).
+        """
+        CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            hash TEXT NOT NULL,
+            tenant TEXT,
+            admin INTEGER NOT NULL DEFAULT 0,
+            name TEXT NOT NULL DEFAULT '',
+            created_at TEXT NOT NULL,
+            last_used TEXT,
+            revoked_at TEXT,
+            CHECK ((admin = 1) = (tenant IS NULL))
+        );
+        CREATE INDEX api_keys_tenant ON api_keys (tenant)
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

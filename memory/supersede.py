@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 from .models import Edge, Item, utcnow
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .store.protocol import MemoryStore
 
 RELATION = "supersedes"
 
 
-def supersede(store: Store, user_id: str, old_id: str, new_id: str, reason: str) -> Item:
+def supersede(store: MemoryStore, user_id: str, old_id: str, new_id: str, reason: str) -> Item:
     """End ``old_id``'s validity where ``new_id`` begins and link them; returns the old item.
 
     ``valid_to`` becomes the new item's ``event_time`` (now when it has none); an
@@ -58,7 +58,7 @@ def supersede(store: Store, user_id: str, old_id: str, new_id: str, reason: str)
     return updated
 
 
-def history(store: Store, user_id: str, item_id: str, limit: int = 20) -> list[Item]:
+def history(store: MemoryStore, user_id: str, item_id: str, limit: int = 20) -> list[Item]:
     """``item_id`` and the items it superseded, newest first (following ``supersedes``)."""
     chain: list[Item] = []
     seen: set[str] = set()

@@ -391,7 +391,9 @@ def _partial(core: str, base: datetime, style: DateStyle) -> _Reading | None:
     readings = [r for p in find_time_phrases(core) if len(p) < len(core)
                 and (r := _normalise(p, base, style))]
     best = next((r for r in readings if not r.relative), readings[0] if readings else None)
-    return best and ((best.start, best.end, best.granularity), best.resolved, best.relative)
+    if best is None:
+        return None
+    return (best.start, best.end, best.granularity), best.resolved, best.relative
 
 
 def _cross_check(core: str, base: datetime, span: _Span) -> None:

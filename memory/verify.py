@@ -157,12 +157,13 @@ def verify(indexes: list[ConversationIndex], question: str, person: str | None, 
     terms = question_terms(question, names)
     if not terms:
         return Verification(verdict="not_checked", person=person, settings=settings)
-    kw = {"window": settings.window, "span": span, "slack": settings.date_slack_days}
-    named = max((best_support(ix, terms, person, **kw) for ix in indexes
-                 if person in ix.participants), key=lambda s: s.score,
-                default=Support(person=person))
-    others = [best_support(ix, terms, p, **kw) for ix in indexes
-              for p in ix.participants if p != person]
+    def support(ix: ConversationIndex, who: str) -> Support:
+        return best_support(ix, terms, who, window=settings.window, span=span,
+                            slack=settings.date_slack_days)
+
+    named = max((support(ix, person) for ix in indexes if person in ix.participants),
+                key=lambda s: s.score, default=Support(person=person))
+    others = [support(ix, p) for ix in indexes for p in ix.participants if p != person]
     other = max(others, key=lambda s: s.score, default=None)
     return decide(Verification(verdict="supported", person=person, terms=terms, named=named,
                                other=other, settings=settings), question)

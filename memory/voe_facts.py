@@ -18,7 +18,7 @@ from rapidfuzz import fuzz, process, utils
 from .models import FactItem, WorkingItem
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .store.protocol import MemoryStore
 
 SOURCE = "voe"
 PREDICTION_SOURCE = "voe:prediction"
@@ -45,7 +45,7 @@ class VoEFacts:
         max_facts: the ring buffer's size per user (``MAX_FACTS``).
     """
 
-    def __init__(self, store: Store, max_facts: int = 200) -> None:
+    def __init__(self, store: MemoryStore, max_facts: int = 200) -> None:
         if max_facts < 1:
             raise ValueError("max_facts must be at least 1")
         self.store = store

@@ -42,8 +42,9 @@ def skip_roles(roles: Iterable[str] | None) -> frozenset[str]:
     """
     if roles is None:
         return DEFAULT_SKIP_ROLES
-    names = list(roles) if isinstance(roles, Iterable) and not isinstance(roles, str) else [0]
-    if not all(isinstance(r, str) for r in names):
+    valid = isinstance(roles, Iterable) and not isinstance(roles, str)
+    names = list(roles) if valid else []
+    if not valid or not all(isinstance(r, str) for r in names):
         raise ValueError("skip_roles must be a collection of role names, e.g. {'system'}")
     return frozenset(r.strip().lower() for r in names)
 

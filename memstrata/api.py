@@ -12,8 +12,11 @@ Turns are stored as said (embedded and indexed on write). With an LM and ``infer
 new turns of a conversation accumulate until they fill an extraction chunk, then one LLM
 call extracts their facts, which are grounded, deduplicated against what the
 conversation already holds and superseded where a single-valued fact changed
-(``flush`` extracts a partial chunk). Every method takes the tenant (``user_id``) or an
-id that names its tenant; nothing reads across tenants.
+(``flush`` extracts a partial chunk). That call runs in the background by default: the
+chunk is recorded as a job in the store, in the transaction that stores its turns, and a
+worker runs it (see :mod:`memstrata.worker`; ``wait``, ``jobs`` and ``job`` follow it).
+Every method takes the tenant (``user_id``) or an id that names its tenant; nothing
+reads across tenants.
 
 What comes in is checked at the door, the same for SQLite and PostgreSQL, so whatever is
 stored can be exported and read back: text (a message with its speaker, a query, an
@@ -27,16 +30,19 @@ message); nothing is stored then.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memstrata import add_rules
+from memstrata.errors import MemstrataError
 from memstrata.formats.records import (
     PARTS_SKIPPED,
     ConversationRecord,
@@ -49,15 +55,30 @@ from memstrata.memory.models import ITEM_KINDS, Conversation, Edge, Session, utc
 from memstrata.memory.retrieval import DEFAULT_MIN_SCORE
 from memstrata.memory.store import node_type
 from memstrata.memory.store.forget import scrubbing
+from memstrata.memory.store.jobs import STATUSES as JOB_STATUSES
 from memstrata.memory.store.opener import open_store
-from memstrata.memory.versions import Version
+from memstrata.memory.store.versions import Version
+from memstrata.worker import (
+    EXTRACT,
+    ExtractionSettings,
+    JobTimeoutError,
+    Worker,
+    job_dict,
+    new_owner,
+    open_jobs,
+)
 
 if TYPE_CHECKING:
     import dspy
 
-    from memstrata.programs.answer import AnswerWithProvenance
+    from memstrata.memory.cognitive import ReadReport
+    from memstrata.packers.memory_context import ContextSettings, MemoryContext
+    from memstrata.programs.expectation import Expectation
     from memstrata.programs.ingest import IngestSettings
+    from memstrata.programs.learning import Lesson
     from memstrata.programs.lm import ModelHandle
+    from memstrata.programs.routed_answer import RoutedAnswer
+    from memstrata.programs.voe import VoESettings
 
 DEFAULT_CONVERSATION = "default"
 SESSION_GAP = timedelta(hours=2)
@@ -84,16 +105,21 @@ class Memory:
 
     Build with :meth:`open`. ``lm`` is a :class:`~memstrata.programs.lm.ModelHandle`
     (or None: turns are stored and searched, nothing is extracted or answered).
+    ``extraction`` is as :meth:`open` takes it.
     """
 
     def __init__(self, store: Store, *, lm: ModelHandle | None = None,
                  ingest: IngestSettings | None = None,
-                 programs: dict[str, str | Path] | None = None) -> None:
+                 programs: dict[str, str | Path] | None = None,
+                 extraction: str | ExtractionSettings = "background") -> None:
         self.store = store
         self.lm = lm
         self.retriever = Retriever(store, store.embedder)
         self._ingest = ingest
         self._lock = threading.RLock()
+        self.extraction = ExtractionSettings.of(extraction)
+        self._worker: Worker | None = None  # built on first use (see _jobs_worker)
+        self._worker_guard = threading.Lock()
         self._answerer: Any = None  # a PersonalAnswerer, built on the first answer
         self._qa, self.programs = _compiled_programs(programs or {})
         self._files = {name: str(path) for name, path in (programs or {}).items()}
@@ -103,7 +129,8 @@ class Memory:
              | None = None, embedder: Any = "default",
              ingest: IngestSettings | None = None,
              programs: dict[str, str | Path] | None = None,
-             durability: str = "normal") -> Memory:
+             durability: str = "normal",
+             extraction: str | ExtractionSettings = "background") -> Memory:
         """Open (creating if needed) a memory in one SQLite file or a PostgreSQL database.
 
         Args:
@@ -128,24 +155,40 @@ class Memory:
                 file's consistency) or ``"full"`` (``synchronous=FULL``: every commit is
                 on the disk when ``add`` returns, at a cost on writes the README gives).
                 PostgreSQL: the server's own setting either way.
+            extraction: how fact extraction runs (with an LM and ``add(infer=True)``).
+                ``"background"`` (the default): ``add`` stores the turns, records an
+                extraction job in the same transaction once a chunk is full, and returns
+                at once; a worker thread of this memory, started on first use, runs the
+                jobs (``wait`` blocks until they are done; ``jobs``/``job`` show them).
+                ``"sync"``: ``add`` runs the job itself and returns the facts with the
+                turns. ``"queue"``: jobs are only recorded, for ``memstrata worker``
+                processes to run (no LM is needed here then). Or an
+                :class:`~memstrata.worker.ExtractionSettings` (mode, attempts before a
+                job is parked, lease, retry delays).
 
         Raises:
             ValueError: a program this memory does not use, or a file that is not that
                 program (or fails its hash check); a URL of a scheme memstrata does not
                 serve (the message names the scheme, never the password); an unknown
-                ``durability``. Nothing is opened then.
+                ``durability`` or ``extraction``. Nothing is opened then.
             StoreError: the file or the database cannot be opened (a folder that does not
                 exist; an unreachable server or a refused login: the message names the
                 server without its password; nothing is written).
             MissingExtraError: a URL without the ``postgres`` extra installed.
         """
         _compiled_programs(programs or {})  # a bad file fails before the store opens
+        settings = ExtractionSettings.of(extraction)
         store = open_store(path, embedder=embedder,
                            durability=durability)  # type: ignore[arg-type]
-        return cls(store, lm=_handle(lm), ingest=ingest, programs=programs)
+        return cls(store, lm=_handle(lm), ingest=ingest, programs=programs,
+                   extraction=settings)
 
     def close(self) -> None:
-        """Close the store."""
+        """Stop the worker thread, then close the store. Jobs not run yet stay in the
+        store for the next worker; a job in flight is given back (its writes, should its
+        model call still return, roll back)."""
+        if self._worker is not None:
+            self._worker.stop()
         self.store.close()
 
     def __enter__(self) -> Memory:
@@ -161,7 +204,8 @@ class Memory:
             timestamp: datetime | str | float | None = None,
             metadata: dict[str, Any] | None = None, infer: bool = True,
             skip_roles: Iterable[str] | None = None) -> list[dict[str, Any]]:
-        """Store messages as turns and, with an LM and ``infer``, extract their facts.
+        """Store messages as turns and, with an LM and ``infer``, extract their facts (in
+        the background by default: see ``open``'s ``extraction``).
 
         What is stored: the messages that say something. By default a system prompt
         (role ``system`` or ``developer``) and tool plumbing (role ``tool`` or
@@ -198,7 +242,9 @@ class Memory:
             metadata: merged into every turn's metadata. A turn's metadata also keeps its
                 message's ``role`` where it differs from the speaker (``"user"`` for a
                 message said by ``Ana`` as the user) and ``parts_skipped``.
-            infer: extract facts once the conversation's unextracted turns fill a chunk.
+            infer: extract facts once the conversation's unextracted turns fill a chunk:
+                a job recorded with the turns, in one transaction, run by the worker
+                (``"background"``, ``"queue"``) or here (``"sync"``).
             skip_roles: roles not stored; default ``{"system", "developer", "tool",
                 "function"}``.
 
@@ -209,13 +255,16 @@ class Memory:
             ``"system"`` or ``"tool"`` (its role, named in ``"role"``, is skipped;
             ``"role"`` for another role of ``skip_roles``), ``"no_text"`` (only parts that
             are not text) or ``"blank"`` (``id`` is None for these). An event whose
-            message had parts not read names them in ``"parts_skipped"``. Then one event
-            per proposed fact (``ADD``, ``UPDATE`` with ``previous``, or ``NONE`` when it
-            was already known), with ``"kind": "fact"``.
+            message had parts not read names them in ``"parts_skipped"``. In ``"sync"``
+            mode, then one event per proposed fact (``ADD``, ``UPDATE`` with
+            ``previous``, or ``NONE`` when it was already known), with ``"kind":
+            "fact"``; in the background they are the job's (:meth:`job`).
 
         Raises:
             ValueError: bad messages (a refused content part: its message and type named),
                 ids or ``skip_roles``; nothing is stored.
+            IngestError: ``"sync"`` mode, the extraction failed (the turns are stored;
+                the job stays queued for the next add or ``flush``, or is parked).
         """
         _check_id("user_id", user_id)
         msgs = to_messages(messages)
@@ -228,35 +277,132 @@ class Memory:
         _check_id("conversation_id", conv)
         if session_id is not None:
             _check_id("session_id", session_id)
-        with self._lock:
+        extracting = infer and (self.lm is not None or self.extraction.mode == "queue")
+        job = None
+        with self._lock, self.store.transaction():  # the turns and their job, or neither
             outcomes = self._write_turns(user_id, agent_id, conv, session_id, msgs, when,
                                          metadata or {}, skip_roles=roles, dedupe=True)
             events = [_turn_event(m, turn, reason)
                       for m, (turn, reason) in zip(msgs, outcomes, strict=True)]
-            if infer and self.lm is not None and any(r is None for _, r in outcomes):
-                events += self._extract(user_id, conv, full_only=True)
+            if extracting and any(r is None for _, r in outcomes):
+                job = self._extract(user_id, conv, full_only=True)
+        if job is not None:
+            events += self._started(user_id, conv)
         return events
 
     def flush(self, user_id: str, conversation_id: str | None = None) -> list[dict[str, Any]]:
         """Extract the facts of every conversation's (or one's) unextracted turns now,
-        even a partial chunk. Returns the fact events; none without an LM."""
-        if self.lm is None:
+        even a partial chunk, in this thread; none without an LM.
+
+        The tenant's jobs of those conversations not finished yet are run here too, in
+        order, and its parked (``failed``) ones get another try; a job another worker is
+        running is waited for, never run twice. Returns the fact events of every job it
+        ran or waited for, in job order (those of jobs finished before the call are in
+        :meth:`job`). In ``"queue"`` mode without an LM, the partial chunk is recorded
+        as a job for the workers and nothing is returned.
+
+        Raises:
+            IngestError: a job failed (its error recorded on it; the turns kept). The
+                events of the other jobs are in :meth:`job`.
+        """
+        _check_id("user_id", user_id)
+        if self.lm is None and self.extraction.mode != "queue":
             return []
-        with self._lock:
+        with self._lock, self.store.transaction():
             convs = ([conversation_id] if conversation_id
                      else self.store.conversation_ids(user_id))
-            return [e for c in convs for e in self._extract(user_id, c, full_only=False)]
+            self.store.jobs.retry_failed(user_id, conversation_id)
+            for conv in convs:
+                self._extract(user_id, conv, full_only=False)
+        if self.lm is None:
+            self._jobs_worker().wake()
+            return []
+        return self._run_here(user_id, conversation_id)
 
-    def _write(self, user_id: str, agent_id: str | None, conv: str, session_id: str | None,
-               msgs: list[Message], when: datetime | None, metadata: dict[str, Any]
-               ) -> list[Turn]:
-        """Store ``msgs`` as new turns of ``conv`` (none deduplicated; messages of
-        :data:`~memstrata.add_rules.DEFAULT_SKIP_ROLES` and without text are not stored);
-        returns the turns written, in order."""
-        outcomes = self._write_turns(user_id, agent_id, conv, session_id, msgs, when,
-                                     metadata, skip_roles=add_rules.DEFAULT_SKIP_ROLES,
-                                     dedupe=False)
-        return [turn for turn, reason in outcomes if turn is not None and reason is None]
+    def wait(self, user_id: str | None = None, timeout: float | None = None
+             ) -> dict[str, Any]:
+        """Block until every extraction job of ``user_id`` (or of every tenant) is done
+        or parked ``failed``; returns ``{"done", "failed", "pending", "running"}`` (the
+        jobs per status then) and ``"seconds"`` waited.
+
+        ``"background"`` mode starts the worker thread if it is not running yet;
+        ``"sync"`` runs the jobs here (a failing one until it is parked); ``"queue"``
+        waits for ``memstrata worker`` processes.
+
+        Raises:
+            JobTimeoutError: ``timeout`` seconds passed first (a ``TimeoutError``; the
+                jobs go on).
+            ValueError: a bad ``user_id`` or ``timeout``.
+        """
+        if user_id is not None:
+            _check_id("user_id", user_id)
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(
+                timeout, int | float) or timeout != timeout or timeout < 0):
+            raise ValueError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+        started = time.monotonic()
+        deadline = None if timeout is None else started + float(timeout)
+        worker = self._jobs_worker() if self.lm is not None else None
+        while True:
+            counts = self.store.jobs.counts(user_id)
+            if not counts["pending"] and not counts["running"]:
+                return {**counts, "seconds": round(time.monotonic() - started, 3)}
+            if self.extraction.mode == "sync" and worker is not None:
+                # Run them here; a failure is recorded on its job, and retried until parked.
+                with contextlib.suppress(MemstrataError):
+                    if worker.run_once(user_id=user_id, due_only=False) is not None:
+                        continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise JobTimeoutError(
+                    f"wait: {counts['pending']} job(s) pending and {counts['running']} "
+                    f"running after {timeout} s" + (f" (user {user_id!r})" if user_id else "")
+                    + ("; extraction='queue' needs `memstrata worker` processes running"
+                       if self.extraction.mode == "queue" else ""))
+            pause = 0.02 if left is None else max(min(0.02, left), 0.0)
+            if worker is not None:
+                worker.wait_change(pause)
+            else:
+                time.sleep(pause)
+
+    def jobs(self, user_id: str | None = None, *, status: str | None = None,
+             limit: int = 100) -> list[dict[str, Any]]:
+        """Extraction jobs, newest first: of ``user_id`` (or of every tenant, for an
+        operator), of one ``status`` (``pending``, ``running``, ``done``, ``failed``) or
+        all; at most ``limit``. Each is a JSON-serialisable dict with ``id``,
+        ``user_id``, ``conversation_id``, ``kind``, ``status``, ``attempts``, ``error``
+        (the last one), ``created_at``, ``updated_at`` (ISO-8601 UTC record times) and
+        ``facts`` (how many fact events it produced).
+
+        Raises:
+            ValueError: a bad ``user_id``, an unknown ``status``, a ``limit`` that is not
+                a whole number.
+        """
+        if user_id is not None:
+            _check_id("user_id", user_id)
+        if status is not None and status not in JOB_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(JOB_STATUSES)}, not "
+                             f"{status!r}")
+        limit = _count("limit", limit, 10_000)
+        with self._lock:
+            return [job_dict(j) for j in self.store.jobs.list(user_id, status=status,
+                                                               limit=limit)]
+
+    def job(self, id: str, *, user_id: str | None = None) -> dict[str, Any] | None:
+        """One job as :meth:`jobs` gives it, plus ``events`` (its fact events, once
+        done: as ``add`` returns them in ``"sync"`` mode), ``params`` (the turns it
+        covers), ``max_attempts``, ``run_after`` and its lease; None when there is no
+        such job (of ``user_id``, when given: another tenant's reads as missing)."""
+        if not isinstance(id, str) or not id:
+            raise ValueError("a job id is a non-empty string")
+        _check_text("id", id, limit=1024)
+        if user_id is not None:
+            _check_id("user_id", user_id)
+        with self._lock:
+            owner = self.store.jobs.owner(id)
+            if owner is None or (user_id is not None and owner != user_id):
+                return None
+            found = self.store.jobs.get(owner, id)
+            return None if found is None else job_dict(found, events=True)
 
     def _write_turns(self, user_id: str, agent_id: str | None, conv: str,
                      session_id: str | None, msgs: list[Message], when: datetime | None,
@@ -280,78 +426,165 @@ class Memory:
             same = (add_rules.repeats(store, user_id, conv, [msgs[n] for n in kept])
                     if dedupe else {})
             fresh = [n for p, n in enumerate(kept) if p not in same]
-            turns = self._insert(user_id, agent_id, conv, session_id,
-                                 [msgs[n] for n in fresh], when, metadata, now) if fresh else []
+            turns = self._insert(user_id, agent_id, conv, [(session_id, [msgs[n] for n in fresh],
+                                                             when)], metadata, now)[0]
             for n, turn in zip(fresh, turns, strict=True):
                 outcomes[n] = (turn, None)
             for p, turn in same.items():
                 outcomes[kept[p]] = (turn, "duplicate")
         return outcomes
 
-    def _insert(self, user_id: str, agent_id: str | None, conv: str, session_id: str | None,
-                msgs: list[Message], when: datetime | None, metadata: dict[str, Any],
-                now: datetime) -> list[Turn]:
-        """Append ``msgs`` to ``conv`` as turns (in the caller's transaction), with their
-        session, speakers and ``follows`` edges."""
+    @staticmethod
+    def _storable(msgs: list[Message]) -> list[Message]:
+        """The messages ``add`` would store without deduplication (not of
+        :data:`~memstrata.add_rules.DEFAULT_SKIP_ROLES`, with text), each checked.
+
+        Raises:
+            ValueError: a message's text is not storable (see ``_check_text``).
+        """
+        kept = [m for m in msgs if add_rules.skip_reason(m, add_rules.DEFAULT_SKIP_ROLES) is None]
+        for m in kept:
+            _check_text("a message", m.speaker + m.content)
+        return kept
+
+    def _record_header(self, user_id: str, record: ConversationRecord) -> None:
+        """The record's title, speakers and metadata on its conversation's stored header
+        (in the caller's transaction): the record's speakers first, then the others the
+        turns named; what the record leaves empty is kept."""
+        header = self.store.conversation(user_id, record.id)
+        if header is None or not (record.title or record.speakers or record.metadata):
+            return
+        self.store.add_conversation(header.model_copy(update={
+            "title": record.title or header.title,
+            "speakers": list(dict.fromkeys([*record.speakers, *header.speakers])),
+            "metadata": {**header.metadata, **record.metadata}}))
+
+    def _insert(self, user_id: str, agent_id: str | None, conv: str,
+                batches: Sequence[tuple[str | None, Sequence[Message], datetime | None]],
+                metadata: dict[str, Any], now: datetime) -> list[list[Turn]]:
+        """Append each batch ``(session_id, messages, when)`` to ``conv`` in order, as turns
+        of its session (``None``: the last one, or a new one after :data:`SESSION_GAP`),
+        with their sessions, speakers and ``follows`` edges, in the caller's transaction;
+        the turns of each batch. One ``add_turns`` writes (and embeds) them all."""
+        if not any(msgs for _, msgs, _ in batches):
+            return [[] for _ in batches]
         store = self.store
         header = store.conversation(user_id, conv)
         last = store.last_turn(user_id, conv)
         seq = last.seq + 1 if last else 0
-        first_time = msgs[0].timestamp or when or now
         sessions = store.session_ids(user_id, conv)
-        if session_id is None:
-            session_id = _session_for(last, sessions, first_time)
         speakers = header.speakers if header else []
-        new_speakers = [m.speaker for m in msgs if m.speaker not in speakers]
+        new_speakers = [m.speaker for _, msgs, _ in batches for m in msgs
+                        if m.speaker not in speakers]
         if header is None or new_speakers:
             store.add_conversation(Conversation(
-                id=conv, user_id=user_id, agent_id=agent_id,
+                id=conv, user_id=user_id, agent_id=header.agent_id if header else agent_id,
+                title=header.title if header else "",
                 speakers=list(dict.fromkeys([*speakers, *new_speakers])),
                 metadata=header.metadata if header else {}))
-        if session_id not in sessions:
-            store.add_session(Session(id=session_id, user_id=user_id, conversation_id=conv,
-                                      index=len(sessions) + 1, started_at=first_time))
-        turns = []
-        for n, m in enumerate(msgs):
-            extra = dict(m.metadata)
-            source_id = str(extra.pop("source_id", "") or f"t{seq + n}")
-            turns.append(Turn(
-                user_id=user_id, agent_id=agent_id, conversation_id=conv,
-                session_id=session_id, turn_id=source_id, seq=seq + n, speaker=m.speaker,
-                text=m.content, event_time=m.timestamp or when or now, recorded_at=now,
-                metadata={**metadata, **extra, **add_rules.role_field(m)}))
-        ids = store.add_turns(turns)
-        for turn, tid in zip(turns, ids, strict=True):
+        written: list[list[Turn]] = []
+        chains: list[list[Turn]] = []
+        for session_id, msgs, when in batches:
+            turns: list[Turn] = []
+            written.append(turns)
+            if not msgs:
+                continue
+            first_time = msgs[0].timestamp or when or now
+            if session_id is None:
+                session_id = _session_for(last, sessions, first_time)
+            if session_id not in sessions:
+                store.add_session(Session(id=session_id, user_id=user_id, conversation_id=conv,
+                                          index=len(sessions) + 1, started_at=first_time))
+                sessions.append(session_id)
+            for m in msgs:
+                extra = dict(m.metadata)
+                source_id = str(extra.pop("source_id", "") or f"t{seq}")
+                turns.append(Turn(
+                    user_id=user_id, agent_id=agent_id, conversation_id=conv,
+                    session_id=session_id, turn_id=source_id, seq=seq, speaker=m.speaker,
+                    text=m.content, event_time=m.timestamp or when or now, recorded_at=now,
+                    metadata={**metadata, **extra, **add_rules.role_field(m)}))
+                seq += 1
+            chains.append(([last] if last and last.session_id == session_id else []) + turns)
+            last = turns[-1]
+        new = [turn for turns in written for turn in turns]
+        for turn, tid in zip(new, store.add_turns(new), strict=True):
             turn.id = tid
-        chain = ([last.id] if last and last.session_id == session_id else []) + ids
-        store.add_edges(Edge(user_id=user_id, src=a, dst=b, relation="follows")
-                        for a, b in pairwise(chain))
-        return turns
+        store.add_edges(Edge(user_id=user_id, src=a.id, dst=b.id, relation="follows")
+                        for chain in chains for a, b in pairwise(chain))
+        return written
 
-    def _extract(self, user_id: str, conv: str, *, full_only: bool) -> list[dict[str, Any]]:
-        from memstrata.programs.ingest import IngestSettings, ingest_turns
+    def _extract(self, user_id: str, conv: str, *, full_only: bool) -> str | None:
+        """Record an extraction job for the conversation's turns not yet covered by one
+        (only once they fill a chunk, with ``full_only``), in the caller's transaction;
+        its id, or None. The conversation's :data:`EXTRACTED` mark moves to the job's last
+        turn in the same transaction, so each turn is in exactly one job."""
+        from memstrata.programs.ingest import IngestSettings
 
         settings = self._ingest or IngestSettings()
         header = self.store.conversation(user_id, conv)
         if header is None:
-            return []
+            return None
         done = int(header.metadata.get(EXTRACTED, -1))
-        pending = self.store.turns(user_id, conversation_id=conv, after_seq=done)
-        if not pending or (full_only and len(pending) < settings.chunking.max_turns):
-            return []
-        facts: list[Any] = []
-        report = ingest_turns(self.store, user_id, conv, pending, self.lm,  # type: ignore[arg-type]
-                              settings=settings, events=facts,
-                              program=self._files.get("extractor"))
-        if report.failed_chunks:
-            raise RuntimeError(f"extraction failed for {len(report.failed_chunks)} chunk(s) "
-                               f"of {conv!r}: {report.failed_chunks[0]} (turns kept; "
-                               f"retry with flush)")
-        # Re-read: turns added meanwhile may have grown the speakers list.
-        header = self.store.conversation(user_id, conv) or header
-        header.metadata[EXTRACTED] = pending[-1].seq
+        need = settings.chunking.max_turns if full_only else 1
+        # At most a chunk's worth read: enough to know whether one is full.
+        if len(self.store.turns(user_id, conversation_id=conv, after_seq=done,
+                                limit=need)) < need:
+            return None
+        last = self.store.last_turn(user_id, conv)
+        if last is None or last.seq <= done:
+            return None
+        job = self.store.jobs.enqueue(user_id, conv, EXTRACT,
+                                      {"after_seq": done, "upto_seq": last.seq},
+                                      max_attempts=self.extraction.max_attempts)
+        header.metadata[EXTRACTED] = last.seq
         self.store.add_conversation(header)
-        return [{**e.model_dump(exclude_none=True), "kind": "fact"} for e in facts]
+        return job
+
+    def _jobs_worker(self) -> Worker:
+        """This memory's worker (built once; its thread started in ``"background"`` mode
+        with an LM)."""
+        with self._worker_guard:
+            if self._worker is None:
+                self._worker = Worker(self, self.extraction)
+            if self.extraction.mode == "background" and self.lm is not None:
+                self._worker.start()
+            return self._worker
+
+    def _started(self, user_id: str, conv: str) -> list[dict[str, Any]]:
+        """After ``add`` recorded a job: run the conversation's jobs here (``"sync"``: their
+        fact events), or wake the worker."""
+        if self.extraction.mode == "sync" and self.lm is not None:
+            return self._run_here(user_id, conv)
+        self._jobs_worker().wake()
+        return []
+
+    def _run_here(self, user_id: str, conversation_id: str | None) -> list[dict[str, Any]]:
+        """Run the tenant's unfinished jobs (of one conversation, or all) in this thread,
+        in order, waiting for any another worker holds; the fact events of them all.
+
+        Raises:
+            IngestError: one failed (no later job of its conversation ran).
+        """
+        # A worker of its own (its own lease name): the memory's thread may run jobs now.
+        worker = Worker(self, self.extraction, owner=new_owner("caller"))
+        targets = [j.id for j in open_jobs(self, user_id, conversation_id)]
+        while True:
+            # A failed job raises IngestError here: later jobs of its conversation would
+            # extract out of order, so none runs after it.
+            ran = worker.run_once(user_id=user_id, conversation_id=conversation_id,
+                                  raise_errors=True, due_only=False)
+            if ran is not None:
+                continue
+            if not open_jobs(self, user_id, conversation_id):
+                break
+            time.sleep(0.05)  # another worker holds one: wait for its end (or its lease's)
+        events: list[dict[str, Any]] = []
+        for job_id in targets:
+            job = self.store.jobs.get(user_id, job_id)
+            if job is not None and job.result:
+                events += job.result
+        return events
 
     def import_conversations(self, records: Iterable[ConversationRecord], *, user_id: str,
                              agent_id: str | None = None,
@@ -361,8 +594,10 @@ class Memory:
 
         A conversation already stored under the same id keeps its turns: the record's
         sessions are appended to it (a session of the same id continues), as ``add``
-        would. With ``replace=True`` its turns, sessions and index rows are deleted first
-        (and scrubbed from the file, as :meth:`delete` does); the counts then include
+        would. The record's ``title``, ``speakers`` (first, in its order) and ``metadata``
+        go on the conversation's header once a turn of it is written. With
+        ``replace=True`` its turns, sessions and index rows are deleted first (and
+        scrubbed from the file, as :meth:`delete` does); the counts then include
         ``"replaced"``, the turns deleted. No extraction runs (``flush`` extracts
         afterwards). Messages without text are skipped, as by :meth:`add`. Returns counts
         of the conversations, sessions and turns written.
@@ -382,12 +617,13 @@ class Memory:
             for record in records:
                 if replace:
                     replaced += self.store.delete_conversation(user_id, record.id)
-                written = 0
-                for session in record.sessions:
-                    turns = self._write(user_id, agent_id, record.id, session.id,
-                                        session.messages, session.started_at, {})
-                    written += len(turns)
-                    counts["sessions"] += bool(turns)
+                batches = [(session.id, self._storable(session.messages), session.started_at)
+                           for session in record.sessions]
+                turns = self._insert(user_id, agent_id, record.id, batches, {}, utcnow())
+                written = sum(map(len, turns))
+                counts["sessions"] += sum(map(bool, turns))
+                if written:
+                    self._record_header(user_id, record)
                 counts["turns"] += written
                 counts["conversations"] += bool(written)
                 if progress is not None:
@@ -398,9 +634,13 @@ class Memory:
 
     def search(self, query: str, *, user_id: str, k: int = 10,
                filters: Filters | dict[str, Any] | None = None,
-               min_score: float = DEFAULT_MIN_SCORE) -> list[Hit]:
+               min_score: float = DEFAULT_MIN_SCORE, limit: int | None = None) -> list[Hit]:
         """The ``k`` best turns and items of ``user_id`` for ``query`` (hybrid search),
         best first, leaving out hits that score under ``min_score``.
+
+        ``limit`` is another name for ``k`` (mem0's): give one or the other, or both with
+        the same value. :func:`memstrata.compat.to_mem0` turns the hits into mem0's
+        ``{"results": [{"id", "memory", "score", ...}]}``.
 
         ``score`` is in [0, 1]: the best hit scores how well the query matches this
         memory at all (the share of its words a hit holds, or its meaning's closeness),
@@ -420,9 +660,14 @@ class Memory:
             ValueError: a bad ``user_id``; a query that is not valid Unicode text, holds a
                 NUL or is longer than :data:`MAX_QUERY_BYTES`; a ``k`` that is not a whole
                 number (``None``, ``inf``, ``2.5``); an unknown or mistyped filter, or a
-                kind that does not exist.
+                kind that does not exist; ``limit`` and ``k`` both given and different.
             TypeError: ``query`` is not a string, ``filters`` neither Filters nor a dict.
         """
+        if limit is not None:
+            if k != 10 and k != limit:
+                raise ValueError(f"k={k!r} and limit={limit!r}: limit is another name for "
+                                 "k; give one of them")
+            k = limit
         _check_id("user_id", user_id)
         if not isinstance(query, str):
             raise TypeError(f"query must be a string, not {type(query).__name__}")
@@ -565,30 +810,238 @@ class Memory:
 
     # -- answering and tools ------------------------------------------------------------
 
-    def answer(self, question: str, *, user_id: str, conversation_id: str | None = None
-               ) -> AnswerWithProvenance:
-        """Answer from the tenant's memory with the personal answerer: routed, checked for
-        who-said-what, and returned with its evidence ids and why.
+    def answer(self, question: str, *, user_id: str, conversation_id: str | None = None,
+               route: str = "auto") -> RoutedAnswer:
+        """Answer from the tenant's whole memory on the path the question calls for, with
+        its evidence ids and why.
+
+        The adaptive reasoner's intent check routes it (``programs.routed_answer``): a
+        simple recall goes to the personal answerer (routed by the people it names,
+        checked for who-said-what, answered by ``QA`` over the packed memories); a
+        computation, a temporal comparison, a multi-source synthesis, a contradiction or
+        an update goes to the adaptive reasoner over the same memory (what was said and
+        what was read: its calculator, its date order, both sides of a contradiction).
+        Either way the result is a :class:`~memstrata.programs.routed_answer.RoutedAnswer`
+        (an ``AnswerWithProvenance``: ``answer``, ``evidence``, ``reason``, ...) that
+        also names the ``path``, the ``intent`` and the ``llm_calls`` it took, and the
+        ``run_id`` of its run record (program ``memory.answer``). The model is never
+        called under this memory's lock: another tenant's call is not kept waiting.
+
+        LLM calls (``route``): ``"auto"`` one to classify, then one for the answerer
+        (none when the verifier abstains) or the reasoner's allowance (two to about ten);
+        ``"rules"`` routes on the question's words alone (no call to classify);
+        ``"answerer"`` (one call, as before routing) or ``"reasoner"`` force a path. A
+        parse retry adds one.
 
         Raises:
             RuntimeError: the memory was opened without an LM.
+            ValueError: a bad ``user_id``, an empty or oversized question, an unknown
+                ``route``.
+            ProgramParseError: the model's output did not parse after the retry.
         """
-        import dspy
-
         from memstrata.programs.answer import PersonalAnswerer
+        from memstrata.programs.reasoning import AdaptiveReasoner
+        from memstrata.programs.routed_answer import answer_routed
+        from memstrata.programs.verb_calls import record_verb
 
         _check_id("user_id", user_id)
         if self.lm is None:
             raise RuntimeError("answer needs an LM: Memory.open(path, lm=...)")
+        if not isinstance(question, str):
+            raise TypeError(f"question must be a string, not {type(question).__name__}")
+        _check_text("question", question, limit=MAX_QUERY_BYTES)
+        if conversation_id is not None:
+            _check_id("conversation_id", conversation_id)
         with self._lock:
             if self._answerer is None:
                 self._answerer = PersonalAnswerer(self.store, retriever=self.retriever,
                                                   count_tokens=self.lm.count_tokens,
                                                   qa=self._qa)
-            with dspy.context(lm=self.lm.lm):
-                out = self._answerer(question=question, user_id=user_id,
-                                     conversation_id=conversation_id)
-            return out.provenance
+            if getattr(self, "_reasoner", None) is None:
+                self._reasoner = AdaptiveReasoner()
+            answerer, reasoner = self._answerer, self._reasoner
+        result = answer_routed(question, user_id, store=self.store, answerer=answerer,
+                               reasoner=reasoner, retriever=self.retriever,
+                               router=answerer.router, lm=self.lm.lm,
+                               count_tokens=self.lm.count_tokens, lock=self._lock,
+                               route=route, conversation_id=conversation_id)  # type: ignore[arg-type]
+        result.run_id = record_verb(
+            self.store, user_id, "answer", task=question, llm_calls=result.llm_calls,
+            output={"answer": result.answer, "evidence": result.evidence},
+            data={"path": result.path, "intent": result.intent, "route": route},
+            lock=self._lock)
+        return result
+
+    def context(self, query: str, *, user_id: str, budget: int = 600,
+                layers: Iterable[str] | None = None, conversation_id: str | None = None,
+                settings: ContextSettings | None = None) -> MemoryContext:
+        """The tenant's memory for ``query`` as one budgeted block to put in a prompt
+        (seed 002's "Mode 1: auto-inject"), every line with its provenance. No LLM call.
+
+        ``layers`` (default all): ``conversation`` (the turns and the facts, QA pairs
+        and personas extracted from them, routed as ``answer`` routes), ``semantic``
+        (facts and episodes read with :meth:`read`), ``procedures`` (read too),
+        ``strategies`` (learned with :meth:`learn`), ``voe`` (the expectation
+        :meth:`expect` left and the facts its surprises taught) and ``intentions``
+        (fired, unresolved). Each layer with lines takes its share of ``budget`` (see
+        :mod:`memstrata.packers.memory_context`); the block, headers included, is at
+        most ``budget`` tokens by this memory's model's counter (about four characters a
+        token without a model). Lines open with ``[id · speaker or source · date]``; the
+        result's ``ids`` are every store id in the block (:meth:`get` reads each),
+        ``layers`` what each layer packed, ``tokens`` the block's size. Writes nothing
+        but a use of each procedure shown (as cognitive recall counts them).
+
+        Raises:
+            ValueError: a bad ``user_id`` or query, a ``budget`` that is not a whole
+                number, an unknown layer.
+        """
+        from memstrata.memory.route import Router
+        from memstrata.packers.memory_context import LAYERS, build_context, rough_tokens
+
+        _check_id("user_id", user_id)
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a string, not {type(query).__name__}")
+        _check_text("query", query, limit=MAX_QUERY_BYTES)
+        budget = _count("budget", budget, 1_000_000)
+        chosen = LAYERS if layers is None else tuple([layers] if isinstance(layers, str)
+                                                     else layers)
+        if conversation_id is not None:
+            _check_id("conversation_id", conversation_id)
+        count = self.lm.count_tokens if self.lm is not None else rough_tokens
+        with self._lock:
+            return build_context(self.store, user_id, query, budget=budget, layers=chosen,
+                                 retriever=self.retriever, router=Router(self.store),
+                                 count_tokens=count, settings=settings,
+                                 conversation_id=conversation_id)
+
+    def read(self, text: str, *, user_id: str, title: str | None = None,
+             source: str | None = None, when: datetime | date | str | float | None = None
+             ) -> ReadReport:
+        """Read a document (an article, a tutorial, a report) into the tenant's cognitive
+        memory, so :meth:`answer`, :meth:`context` and :meth:`search` find it beside what
+        was said. No LLM call.
+
+        It is buffered as a sensory observation, recorded as an episode ("read TITLE
+        (SOURCE) on WHEN"), split into semantic facts (one a sentence, derived from the
+        episode, ``similar_to``/``contradicts`` edges computed as each is written), a
+        numbered list of steps becomes a procedure, and pending intentions whose keywords
+        it holds fire (``memory.cognitive.reading``). ``when`` is the document's date
+        (ISO text, Unix seconds, a date or a datetime); ``source`` who published it. A
+        run record (program ``memory.read``, 0 LLM calls) names what was written.
+
+        Returns:
+            The :class:`~memstrata.memory.cognitive.ReadReport`: the sensory, episode,
+            fact and procedure ids and the intentions that fired.
+
+        Raises:
+            ValueError: a bad ``user_id``; empty text, text or a title or source that is
+                not valid Unicode or longer than :data:`MAX_MESSAGE_BYTES`.
+        """
+        from datetime import date as day
+
+        from memstrata.memory.cognitive import CognitiveMemory
+        from memstrata.programs.verb_calls import record_verb
+
+        _check_id("user_id", user_id)
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("nothing to read: the text is empty")
+        _check_text("text", text)
+        for name, value in (("title", title), ("source", source)):
+            if value is not None:
+                _check_text(name, value, limit=4096)
+        at = when if isinstance(when, day) or when is None else parse_time(when)
+        with self._lock:
+            report = CognitiveMemory(self.store, user_id).read(
+                text, title=title or "", source=source or "", when=at)
+        record_verb(self.store, user_id, "read", task=title or source or text[:80],
+                    llm_calls=0, output=report.model_dump(), lock=self._lock)
+        return report
+
+    def learn(self, run: Any, *, user_id: str, success: bool, task: str | None = None,
+              used: Iterable[str] = (), rationale: str = "", method: str | None = None,
+              tags: Iterable[str] = ()) -> Lesson:
+        """Distil a judged agent run into strategies (a success) or guardrails (a
+        failure) that the next :meth:`context` shows in its ``strategies`` layer: the
+        ReasoningBank loop for any agent, a ``dspy.ReAct`` over :meth:`tools` say.
+
+        ``run`` is a ``dspy.Prediction`` of ``dspy.ReAct`` (its ``trajectory``; pass the
+        ``task``, which a prediction does not carry), a run recorded in this store (its
+        id or ``RunRecord``), a dict with ``trajectory`` (and ``task``, ``answer``), or
+        the trajectory as text. ``success`` is your judgement of the run (a judge's or a
+        check's; never the gold answer if the loop is to learn as it will be used).
+        ``used`` are the strategy ids the run was shown (a :meth:`context`'s ``ids``):
+        each counts a use, and a win when the run succeeded. New strategies are
+        consolidated into the bank (merge, supersede, discard or add, each logged).
+
+        LLM calls: one with ``method="llm"`` (the default with an LM; two on a parse
+        retry), none with ``"trace"`` (the default without one: the run's answer, or what
+        failed, is kept as it is). Counted in the run record (program ``memory.learn``).
+
+        Raises:
+            ValueError: a bad ``user_id``; no task; a run of no known form; ``"llm"``
+                without an LM.
+            ProgramParseError: the model's output did not parse after the retry.
+        """
+        from memstrata.programs.learning import learn_from
+        from memstrata.programs.verb_calls import record_verb
+
+        _check_id("user_id", user_id)
+        if task is not None:
+            _check_text("task", task, limit=MAX_QUERY_BYTES)
+        chosen = method or ("llm" if self.lm is not None else "trace")
+        if chosen not in ("llm", "trace"):
+            raise ValueError(f"method must be 'llm' or 'trace', not {method!r}")
+        lesson = learn_from(run, store=self.store, user_id=user_id, success=bool(success),
+                            task=task, used=[str(i) for i in used], rationale=rationale,
+                            method=chosen, handle=self.lm, tags=list(tags),  # type: ignore[arg-type]
+                            lock=self._lock)
+        lesson.run_id = record_verb(
+            self.store, user_id, "learn", task=lesson.task, llm_calls=lesson.llm_calls,
+            output={"strategies": lesson.strategies, "success": lesson.success},
+            data={"decisions": lesson.decisions, "dropped": lesson.dropped}, lock=self._lock)
+        return lesson
+
+    def expect(self, user_id: str, *, conversation_id: str | None = None,
+               settings: VoESettings | None = None, predictor: Any = None) -> Expectation:
+        """The violation-of-expectation loop's step for an app that brings its own model:
+        call it after the assistant speaks (its messages stored with :meth:`add`).
+
+        It checks the first user message said since the conversation's pending
+        expectation against it (locally: a rapidfuzz ratio under the settings'
+        ``fuzzy_threshold`` is a surprise), predicts the user's next move and the
+        keywords of what would help answer them, and, after a surprise, distils in the
+        same call what it taught into a fact with tags (kept in a ring buffer of
+        ``max_facts`` per tenant). The new expectation replaces the pending one; the next
+        :meth:`context` shows it and the facts its keywords match (layer ``voe``).
+        :meth:`add` checks nothing and calls no model: a surprise is found and distilled
+        here, and its fact reaches the context of the turn after. See
+        :mod:`memstrata.programs.expectation`.
+
+        LLM calls: one (two on a parse retry), counted in its run record (program
+        ``memory.expect``). ``predictor`` is a (compiled) ``VoEPredictor`` to use.
+
+        Raises:
+            RuntimeError: the memory was opened without an LM.
+            ValueError: a bad id, or a conversation with no turn yet.
+            ProgramParseError: the model's output did not parse after the retry.
+        """
+        from memstrata.programs.expectation import expect
+        from memstrata.programs.verb_calls import record_verb
+
+        _check_id("user_id", user_id)
+        conv = conversation_id or DEFAULT_CONVERSATION
+        _check_id("conversation_id", conv)
+        if self.lm is None:
+            raise RuntimeError("expect needs an LM: Memory.open(path, lm=...)")
+        result = expect(self.store, user_id, conversation_id=conv, lm=self.lm.lm,
+                        predictor=predictor, settings=settings, lock=self._lock)
+        result.run_id = record_verb(
+            self.store, user_id, "expect", task=f"expect in {conv}",
+            llm_calls=result.llm_calls,
+            output={"prediction": result.prediction, "fact": result.fact},
+            data={"checked": result.checked.model_dump() if result.checked else None},
+            lock=self._lock)
+        return result
 
     def tools(self, user_id: str, *, agent_id: str | None = None) -> list[Callable[..., Any]]:
         """The handle tools bound to one tenant (``mem_search``, ``mem_get``, ``ctx_*``,
@@ -676,10 +1129,11 @@ def _row(node: Turn | Any) -> dict[str, Any]:
 
 
 def _session_for(last: Turn | None, sessions: list[str], when: datetime) -> str:
-    """The last turn's session, or a new one after a gap of ``SESSION_GAP``."""
+    """The last turn's session, or a new one after a gap of ``SESSION_GAP``: the Nth
+    session of a conversation is ``session_N`` (as an imported LoCoMo session N is)."""
     if last is not None and (last.event_time is None or when - last.event_time <= SESSION_GAP):
         return last.session_id
-    return f"s{len(sessions) + 1}"
+    return f"session_{len(sessions) + 1}"
 
 
 def _check_id(name: str, value: Any) -> None:

@@ -12,21 +12,73 @@ from memstrata.memory.store.opener import describe, open_store, store_missing
 PROMPT = "you> "
 
 
-def _internals(result, out: TextIO) -> None:
+def _internals(turn: ChatTurn, out: TextIO) -> None:
     """The loop's state for one turn, for people."""
-    score = "-" if result.score is None else f"{result.score:.0f}"
-    verdict = "no prediction yet" if result.cached_prediction is None else (
-        "VIOLATION" if result.violation else "as expected")
-    lines = [f"  cached prediction: {result.cached_prediction or '-'}",
+    checked = turn.expectation.checked
+    score = "-" if checked is None else f"{checked.score:.0f}"
+    verdict = "no prediction yet" if checked is None else (
+        "VIOLATION" if checked.violation else "as expected")
+    exp = turn.expectation
+    lines = [f"  cached prediction: {checked.expected if checked else '-'}",
              f"  VoE: {verdict} (score {score})",
-             f"  stored fact: {result.fact or '-'}" + (f" {result.fact_tags}" if result.fact
-                                                       else ""),
-             f"  needed info: {', '.join(result.needed_info) or '-'}",
-             "  retrieved: " + ("; ".join(f"{r['text']} ({r['score']})"
-                                           for r in result.retrieved) or "-"),
-             f"  next prediction: {result.next_prediction or '-'}",
-             f"  local check + retrieval: {result.local_ms} ms · LLM calls: {result.llm_calls}"]
+             f"  stored fact: {exp.fact or '-'}" + (f" {exp.fact_tags}" if exp.fact else ""),
+             f"  needed info: {', '.join(exp.needed_info) or '-'}",
+             "  retrieved: " + ("; ".join(turn.facts) or "-"),
+             f"  next prediction: {exp.prediction or '-'}",
+             f"  local check + retrieval: {turn.local_ms} ms · LLM calls: {turn.llm_calls}"]
     print("\n".join(lines), file=out)
+
+
+class ChatTurn:
+    """One turn of ``memstrata chat``: the reply, the expectation step, the facts shown."""
+
+    def __init__(self, reply: str, expectation: Any, facts: list[str], local_ms: float,
+                 llm_calls: int) -> None:
+        self.reply, self.expectation, self.facts = reply, expectation, facts
+        self.local_ms, self.llm_calls = local_ms, llm_calls
+
+
+CHAT = "chat"
+"""The conversation ``memstrata chat`` keeps its messages in."""
+
+
+def chat_turn(memory: Any, user: str, text: str, *, settings: Any, predictor: Any = None,
+              responder: Any = None) -> ChatTurn:
+    """One user message through the verbs: ``add`` it, ``expect`` (the check against the
+    pending expectation, a surprise distilled, the next move predicted: call 1), the VoE
+    facts from ``context``, the reply (call 2), and ``add`` the reply."""
+    import time
+
+    import dspy
+
+    from memstrata.memory.models import utcnow
+    from memstrata.packers.memory_context import ContextSettings
+    from memstrata.programs.voe import NO_FACTS, VoEResponder, history_text
+
+    handle = memory.lm
+    mark = handle.meter.mark()
+    memory.add({"role": "user", "content": text}, user_id=user, conversation_id=CHAT,
+               timestamp=utcnow(), infer=False)
+    expectation = memory.expect(user, conversation_id=CHAT, settings=settings,
+                                predictor=predictor)
+    started = time.perf_counter()
+    ctx = memory.context(text, user_id=user, layers=["voe"], conversation_id=CHAT,
+                         settings=ContextSettings(voe_k=settings.top_k,
+                                                  voe_min_score=settings.min_score))
+    facts = [row["text"] for i in ctx.ids if i != expectation.id
+             and (row := memory.get(i, user_id=user)) is not None]
+    local = time.perf_counter() - started
+    recent = memory.store.turns(user, conversation_id=CHAT, newest=True,
+                                limit=settings.history_turns)
+    history = history_text([(t.speaker, t.text) for t in reversed(recent)],
+                           settings.history_turns)
+    with dspy.context(lm=handle.lm):
+        answer = (responder or VoEResponder())(
+            history=history, facts="\n".join(f"- {f}" for f in facts) or NO_FACTS)
+    memory.add({"role": "assistant", "content": answer.reply}, user_id=user,
+               conversation_id=CHAT, timestamp=utcnow(), infer=False)
+    return ChatTurn(answer.reply, expectation, facts, round(local * 1000, 3),
+                    handle.meter.since(mark).calls)
 
 
 def _settings(args: argparse.Namespace):
@@ -58,10 +110,12 @@ def cmd_chat(args: argparse.Namespace, stdin=None, out: TextIO | None = None) ->
     """Chat with the configured model (embedded by default) through the violation-of-
     expectation loop: it predicts your next message, learns a fact when you surprise it,
     and brings the relevant facts back. History and facts persist in --db across runs.
-    Type /quit (or end the input) to leave."""
+    Each turn runs on Memory's verbs (add, expect, context: two LLM calls a turn, one to
+    expect and one to reply). Type /quit (or end the input) to leave."""
+    from memstrata import Memory
     from memstrata.agent_commands import model_from_args
     from memstrata.programs import ProgramParseError
-    from memstrata.programs.voe import VoELoop, check_message, run_turn
+    from memstrata.programs.voe import check_message
 
     stdin = stdin if stdin is not None else sys.stdin.buffer
     out = out or sys.stdout
@@ -70,11 +124,11 @@ def cmd_chat(args: argparse.Namespace, stdin=None, out: TextIO | None = None) ->
     settings = _settings(args)
     programs = _programs(getattr(args, "program", None))
     handle = model_from_args(args)
-    with open_store(args.db) as store:
-        loop = VoELoop(store, args.user, settings,
-                       predictor=programs.get("voe.predictor", (None, ""))[0],
-                       responder=programs.get("voe.responder", (None, ""))[0])
-        print(f"memstrata chat · {args.user} on {handle.name} · {len(loop.messages)} earlier "
+    predictor = programs.get("voe.predictor", (None, ""))[0]
+    responder = programs.get("voe.responder", (None, ""))[0]
+    with Memory.open(args.db, lm=handle) as memory:
+        earlier = len(memory.store.turns(args.user, conversation_id=CHAT))
+        print(f"memstrata chat · {args.user} on {handle.name} · {earlier} earlier "
               "messages · /quit to leave", file=out)
         for name, (_, named) in programs.items():
             print(f"  {name}: {named}", file=out)
@@ -93,19 +147,20 @@ def cmd_chat(args: argparse.Namespace, stdin=None, out: TextIO | None = None) ->
             if line.strip() in ("/quit", "/exit"):
                 return 0
             try:
-                check_message(line)
+                text = check_message(line)
             except ValueError as exc:
                 print(f"memstrata: {exc}; nothing was stored", file=out)
                 continue
             try:
-                result = run_turn(loop, handle, line)
+                turn = chat_turn(memory, args.user, text, settings=settings,
+                                 predictor=predictor, responder=responder)
             except ProgramParseError as exc:
                 print(f"memstrata: the model's answer could not be read ({exc.program}); "
                       "your message is kept, try again", file=out)
                 continue
-            print(f"assistant> {result.reply}", file=out, flush=True)
+            print(f"assistant> {turn.reply}", file=out, flush=True)
             if args.show_internals:
-                _internals(result, out)
+                _internals(turn, out)
 
 
 def cmd_facts(args: argparse.Namespace) -> int:

@@ -26,8 +26,19 @@ from memstrata.agent_commands import (
     model_from_args,
 )
 from memstrata.chat_commands import cmd_chat, cmd_facts
+from memstrata.cli_support import (
+    add_embedder_arg,
+    audit_beside,
+    audit_path,
+    csv_list,
+    embedder_from_flag,
+    one_line,
+    print_report,
+    weights_from_json,
+)
 from memstrata.cognitive_commands import add_cognitive_parsers
 from memstrata.compile_commands import add_compile_parsers
+from memstrata.demo_commands import add_demo_parser
 from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
 from memstrata.mcp_commands import add_mcp_parser
@@ -37,7 +48,10 @@ from memstrata.memory_commands import NotFound, add_durability_arg, add_memory_p
 from memstrata.model_commands import add_doctor_parser, add_models_parser
 from memstrata.personal_commands import add_reconcile_args, cmd_reconcile
 from memstrata.programs.models import EMBEDDED
+from memstrata.server_commands import add_serve_bench_parser, add_server_parsers
+from memstrata.ui_commands import add_ui_parser
 from memstrata.verify_commands import add_verify_parser
+from memstrata.worker_commands import add_background_bench_parser, add_worker_parser
 
 DEFAULT_DB = "memstrata.db"
 EXIT_CODES = ("exit status: 0 done; 1 not found (no store at --db, no such memory or run) "
@@ -49,54 +63,6 @@ EXIT_CODES = ("exit status: 0 done; 1 not found (no store at --db, no such memor
 _SHARED = Path("..") / "shared" / "data" / "locomo"
 
 
-def _embedder(enabled: bool, name: str | None = None, flag: str = "--embedder"):
-    """The embedder ``name`` picks (``--embedder``; the default static model when None)."""
-    if not enabled:
-        return None
-    from memstrata.memory import default_embedder, embedder_by_name
-
-    if name is None:
-        return default_embedder()
-    try:
-        return embedder_by_name(name)
-    except ValueError as exc:
-        raise SystemExit(f"memstrata: {flag}: {exc}") from None
-
-
-def _add_embedder_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--embedder", metavar="NAME",
-                   help="embedding model: static (the default), minilm or mpnet (extras of "
-                   "those names), or the folder of a model2vec static model; a store is "
-                   "searched with the model that embedded it")
-
-
-def _weights(raw: str | None):
-    from pydantic import ValidationError
-
-    from memstrata.memory import SearchWeights
-
-    if not raw:
-        return SearchWeights()
-    try:
-        return SearchWeights(**json.loads(raw))
-    except ValidationError as exc:
-        first = exc.errors()[0]  # the knob may be any string the user typed: one line
-        problem = ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
-        raise SystemExit(f"memstrata: --weights: {_one_line(problem)} (see SearchWeights)"
-                         ) from None
-    except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise SystemExit("memstrata: --weights must be a JSON object of SearchWeights: "
-                         f"{_one_line(exc)}") from None
-
-
-def _audit(args: argparse.Namespace) -> str | Path | None:
-    # The audit file sits beside the data as <data>_audit_errors.json unless named.
-    if args.audit is not None:
-        return args.audit
-    beside = Path(args.data).with_name(Path(args.data).stem + "_audit_errors.json")
-    return beside if beside.exists() else None
-
-
 def cmd_load(args: argparse.Namespace) -> int:
     """Load a LoCoMo-format file into a store, each conversation its own tenant."""
     from tqdm import tqdm
@@ -104,7 +70,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     from memstrata.bench.locomo import load_locomo, read_locomo
 
     convs = read_locomo(args.file)
-    embedder = _embedder(not args.no_embed, args.embedder)
+    embedder = embedder_from_flag(not args.no_embed, args.embedder)
     with open_store(args.db, embedder=embedder, durability=args.durability) as store, tqdm(
         total=sum(c.turn_count for c in convs), unit="turn", desc="load"
     ) as bar:
@@ -127,9 +93,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     )
     with open_store(args.db) as store:
         model_has_vectors = bool(store.counts(args.user)["embeddings"])
-        retriever = Retriever(store, _embedder(model_has_vectors and not args.no_dense,
-                                               args.embedder),
-                              _weights(args.weights))
+        embedder = embedder_from_flag(model_has_vectors and not args.no_dense, args.embedder)
+        retriever = Retriever(store, embedder, weights_from_json(args.weights))
         for hit in retriever.search(args.user, args.query, k=args.k, filters=filters,
                                     min_score=args.min_score):
             print(hit.model_dump_json(exclude_none=True))
@@ -174,13 +139,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(table: str, paths: list[Path]) -> int:
-    """A benchmark's table and the files it wrote, on stdout."""
-    print(table)
-    print("wrote " + ", ".join(map(str, paths)))
-    return 0
-
-
 def cmd_bench_retrieval(args: argparse.Namespace) -> int:
     """Evidence recall@5/10/25 of memstrata, its lexical and dense channels alone and two
     rank-bm25 baselines, on every corpus given (LoCoMo, LongMemEval or labelled-messages
@@ -199,32 +157,18 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
             raise SystemExit("memstrata: --rerank-depth must be 2 or more")
         rerank_lm = setup_lm(args.rerank_lm)
     # An audit file sits beside a LoCoMo file as <data>_audit_errors.json unless named.
-    audits = {path: args.audit or _beside(path) for path in data}
+    audits = {path: args.audit or audit_beside(path) for path in data}
     doc = run_retrieval_bench(
-        data, audit=audits, embedder=_embedder(not args.no_dense, args.embedder),
-        weights=_weights(args.weights), db_path=args.db, limit=args.limit,
+        data, audit=audits, embedder=embedder_from_flag(not args.no_dense, args.embedder),
+        weights=weights_from_json(args.weights), db_path=args.db, limit=args.limit,
         cv=args.cv, cv_rounds=args.cv_rounds,
-        encoders=[_embedder(True, name, "--encoders")
-                  for name in _csv(args.encoders, "--encoders") or []],
+        encoders=[embedder_from_flag(True, name, "--encoders")
+                  for name in csv_list(args.encoders, "--encoders") or []],
         rerank_lm=rerank_lm, rerank_depth=args.rerank_depth,
     )
     paths = [*write_retrieval_outputs(doc, args.out), write_retrieval_markdown(doc, args.out)]
     locomo_only = doc["benchmark"] == "locomo-retrieval"
-    return _report(retrieval_table(doc) if locomo_only else retrieval_markdown(doc), paths)
-
-
-def _beside(data: str) -> Path | None:
-    path = Path(data).with_name(Path(data).stem + "_audit_errors.json")
-    return path if path.exists() else None
-
-
-def _csv(raw: str | None, what: str, cast: type = str) -> list | None:
-    if not raw:
-        return None
-    try:
-        return [cast(x.strip()) for x in raw.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"memstrata: {what} must be a comma-separated list, got {raw!r}") from None
+    return print_report(retrieval_table(doc) if locomo_only else retrieval_markdown(doc), paths)
 
 
 def _iso_datetime(raw: str) -> datetime:
@@ -266,17 +210,17 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
     """LoCoMo question answering: memstrata against no memory, full context and naive RAG,
     all on the same model in one run (F1, EM, BLEU-1, optional LLM judge, abstention, cost).
     Answers are cached in --out, so an interrupted run resumes where it stopped."""
-    from memstrata.bench.qa import SYSTEMS, QASettings, run_locomo_bench
+    from memstrata.bench.qa import ALL_SYSTEMS, SYSTEMS, QASettings, run_locomo_bench
     from memstrata.bench.qa_report import locomo_table, write_locomo_outputs
     from memstrata.programs import setup_lm
     from memstrata.programs.ingest import IngestSettings
 
-    systems = tuple(_csv(args.systems, "--systems") or SYSTEMS)
-    if unknown := set(systems) - set(SYSTEMS):
+    systems = tuple(csv_list(args.systems, "--systems") or SYSTEMS)
+    if unknown := set(systems) - set(ALL_SYSTEMS):
         raise SystemExit(f"memstrata: unknown system(s) {sorted(unknown)}; choose from "
-                         f"{', '.join(SYSTEMS)}")
-    convs = _csv(args.conversations, "--conversations")
-    cats = _csv(args.categories, "--categories", int)
+                         f"{', '.join(ALL_SYSTEMS)}")
+    convs = csv_list(args.conversations, "--conversations")
+    cats = csv_list(args.categories, "--categories", int)
     if cats and not set(cats) <= {1, 2, 3, 4, 5}:
         raise SystemExit("memstrata: --categories are LoCoMo's 1-5")
     if args.budget is not None and args.budget < 0:
@@ -287,15 +231,15 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
     judge = setup_lm(args.judge, api_base=args.judge_api_base) if args.judge else None
     try:
         doc = run_locomo_bench(
-            args.data, handle, args.out, audit=_audit(args), judge=judge, systems=systems,
+            args.data, handle, args.out, audit=audit_path(args), judge=judge, systems=systems,
             settings=QASettings.for_model(handle.name, **budget),
-            embedder=_embedder(not args.no_dense),
-            weights=_weights(args.weights), conversations=set(convs) if convs else None,
+            embedder=embedder_from_flag(not args.no_dense),
+            weights=weights_from_json(args.weights), conversations=set(convs) if convs else None,
             categories=set(cats) if cats else None, limit=args.limit,
             ingest=IngestSettings() if args.facts else None, program=args.program)
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
-    return _report(locomo_table(doc), write_locomo_outputs(doc, args.out))
+    return print_report(locomo_table(doc), write_locomo_outputs(doc, args.out))
 
 
 def cmd_bench_scale(args: argparse.Namespace) -> int:
@@ -313,7 +257,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
     doc = run_scale_bench(sizes, queries=args.queries, bm25_sample=args.bm25_sample,
                           seed=args.seed, db=args.db, writers=args.writers,
                           readers=args.readers, fresh=args.fresh, own_tenants=args.own_tenants)
-    return _report(format_scale_table(doc), write_scale_outputs(doc, args.out))
+    return print_report(format_scale_table(doc), write_scale_outputs(doc, args.out))
 
 
 def cmd_bench_leakage(args: argparse.Namespace) -> int:
@@ -326,8 +270,8 @@ def cmd_bench_leakage(args: argparse.Namespace) -> int:
     from memstrata.programs import setup_lm
 
     settings = executor_settings_from_args(args)
-    cats = _csv(args.categories, "--categories", int)
-    convs = _csv(args.conversations, "--conversations")
+    cats = csv_list(args.categories, "--categories", int)
+    convs = csv_list(args.conversations, "--conversations")
     handle = setup_lm(NAME, engine=SearchReadPolicy()) if args.lm == NAME else model_from_args(args)
     try:
         doc = run_leakage_bench(args.data, handle, args.out, settings=settings,
@@ -336,7 +280,7 @@ def cmd_bench_leakage(args: argparse.Namespace) -> int:
                                 conversations=set(convs) if convs else None)
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
-    return _report(leakage_table(doc), write_leakage_outputs(doc, args.out))
+    return print_report(leakage_table(doc), write_leakage_outputs(doc, args.out))
 
 
 def cmd_bench_voe(args: argparse.Namespace) -> int:
@@ -346,17 +290,18 @@ def cmd_bench_voe(args: argparse.Namespace) -> int:
     hit rate is >= 20% higher. Writes voe.json, voe.md, every turn (voe_turns.jsonl)."""
     from memstrata.bench.voe import run_voe_bench, voe_table, write_voe_outputs
 
-    convs = _csv(args.conversations, "--conversations")
+    convs = csv_list(args.conversations, "--conversations")
     if args.limit is not None and args.limit < 1:
         raise SystemExit("memstrata: --limit must be >= 1")
     handle = model_from_args(args)
     try:
-        doc = run_voe_bench(args.data, handle, args.out, embedder=_embedder(not args.no_dense),
+        doc = run_voe_bench(args.data, handle, args.out,
+                            embedder=embedder_from_flag(not args.no_dense),
                             limit=args.limit, max_turns=args.max_turns,
                             conversations=set(convs) if convs else None)
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
-    return _report(voe_table(doc), write_voe_outputs(doc, args.out))
+    return print_report(voe_table(doc), write_voe_outputs(doc, args.out))
 
 
 def cmd_bench_tools(args: argparse.Namespace) -> int:
@@ -367,7 +312,7 @@ def cmd_bench_tools(args: argparse.Namespace) -> int:
     if args.items < 1000 or args.calls < 1:
         raise SystemExit("memstrata: --items must be >= 1000 and --calls >= 1")
     doc = run_tool_bench(args.items, args.calls, seed=args.seed)
-    return _report(tool_table(doc), write_tool_outputs(doc, args.out))
+    return print_report(tool_table(doc), write_tool_outputs(doc, args.out))
 
 
 def cmd_bench_long(args: argparse.Namespace) -> int:
@@ -387,7 +332,7 @@ def cmd_bench_long(args: argparse.Namespace) -> int:
                              db=Path(args.db) if args.db else None, bm25=not args.no_bm25)
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
-    return _report(format_long_table(doc), write_long_outputs(doc, args.out))
+    return print_report(format_long_table(doc), write_long_outputs(doc, args.out))
 
 
 def cmd_bench_reliability(args: argparse.Namespace) -> int:
@@ -404,7 +349,7 @@ def cmd_bench_reliability(args: argparse.Namespace) -> int:
                         work=args.work, keep=args.work is not None)
     except ValueError as exc:
         raise SystemExit(f"memstrata: {exc}") from None
-    _report(table(doc), [Path(p) for p in doc["files"]])
+    print_report(table(doc), [Path(p) for p in doc["files"]])
     return 0 if doc["ok"] else 1
 
 
@@ -464,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", default=DEFAULT_DB,
                    help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--no-embed", action="store_true", help="skip embeddings (lexical only)")
-    _add_embedder_arg(p)
+    add_embedder_arg(p)
     add_durability_arg(p)
     p.set_defaults(func=cmd_load)
 
@@ -501,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until", type=_iso_datetime, help="event time until (ISO date)")
     p.add_argument("--no-dense", action="store_true", help="skip the embedding channel")
     p.add_argument("--weights", help='fusion knobs as JSON, e.g. \'{"dense": 0.5}\'')
-    _add_embedder_arg(p)
+    add_embedder_arg(p)
     p.set_defaults(func=cmd_search)
 
     add_memory_parsers(sub, DEFAULT_DB)
@@ -598,6 +543,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_runs)
 
     add_mcp_parser(sub, DEFAULT_DB)
+    add_worker_parser(sub)
+    add_server_parsers(sub, DEFAULT_DB)
+    add_ui_parser(sub)
+    add_demo_parser(sub)
 
     p = sub.add_parser("persona", help="what memory holds about one person, with citations",
                        description=cmd_persona.__doc__)
@@ -642,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="first N questions per conversation (quick runs)")
     p.add_argument("--no-dense", action="store_true",
                    help="no embedding model: skip the dense channel and the 'dense' system")
-    _add_embedder_arg(p)
+    add_embedder_arg(p)
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
     p.add_argument("--cv", action="store_true",
                    help="also cross-validate memstrata's knobs on each corpus: each "
@@ -688,7 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversations", help="comma-separated sample ids (default: all)")
     p.add_argument("--categories", help="comma-separated categories 1-5")
     p.add_argument("--systems", help="comma-separated subset of memstrata, naive_rag, "
-                   "no_memory, full_context (default: all four)")
+                   "no_memory, full_context (default: all four), and memory_routed "
+                   "(Memory.answer with routing; only when named)")
     p.add_argument("--budget", type=int,
                    help="memory tokens packed per question (default 600; 200 for "
                    "local/smollm2, which reads best from a few lines)")
@@ -709,6 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "and its SHA-256")
     p.set_defaults(func=cmd_bench_locomo)
     add_verify_parser(bsub)
+    add_serve_bench_parser(bsub)
 
     p = bsub.add_parser("scale", help="ingest rate and search latency at 10k-1M items",
                         description=cmd_bench_scale.__doc__)
@@ -789,20 +740,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the fast slice (a few kills, a few hundred fuzz cases, every kind once)")
     p.add_argument("--only", metavar="NAMES",
                    help="comma-separated scenarios or modules (crash, concurrency, faults, "
-                   "fuzz, poisoning, sandbox_escape, deleted, parity, imports, secrets)")
+                   "fuzz, poisoning, sandbox_escape, deleted, parity, imports, http_fuzz, "
+                   "worker_kills, secrets)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     p.add_argument("--work", help="write the scenarios' stores here and keep them "
                    "(default: a temporary folder, removed after)")
     p.set_defaults(func=cmd_bench_reliability)
+    add_background_bench_parser(bsub)
     add_cognitive_parsers(sub, bsub)
     add_compile_parsers(sub, bsub)
     return parser
-
-
-def _one_line(exc: BaseException, limit: int = 500) -> str:
-    """An error's message on one line, cut to ``limit`` characters (it may quote input)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class CommandExit(SystemExit):
@@ -840,11 +787,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         if not isinstance(exc.code, str):
             raise
-        print(_one_line(SystemExit(exc.code)), file=sys.stderr)
+        print(one_line(SystemExit(exc.code)), file=sys.stderr)
         raise CommandExit(exc.code, 1 if isinstance(exc, NotFound) else 2) from None
     except (LoCoMoError, ValueError, OverflowError, OSError, RuntimeError, sqlite3.Error
             ) as exc:
-        print(f"memstrata: {_one_line(exc)}", file=sys.stderr)
+        print(f"memstrata: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memstrata: interrupted", file=sys.stderr)

@@ -68,7 +68,8 @@ def cmd_bench_cognitive(args: argparse.Namespace) -> int:
         judge = setup_lm(args.judge, api_base=args.judge_api_base, max_tokens=128)
     try:
         doc = run_cognitive_bench(handle, args.out, scenarios=args.scenarios, runs=args.runs,
-                                  levels=levels, judge=judge)
+                                  levels=levels, judge=judge,
+                                  through_memory=args.through_memory)
     except (ScenarioFileError, ValueError) as exc:
         raise SystemExit(f"memstrata: {exc}") from None
     from memstrata.bench.cognitive.report import table
@@ -110,6 +111,10 @@ def add_cognitive_parsers(sub: argparse._SubParsersAction,
     p.add_argument("--levels", help="comma-separated levels to run (default: all)")
     p.add_argument("--judge", help="score with this model as answer judge instead of the "
                    "scenario's rules")
+    p.add_argument("--through-memory", action="store_true",
+                   help="read with Memory.read and answer with Memory.answer (routed: a "
+                   "simple recall to the personal answerer, the rest to the reasoner) "
+                   "instead of the reasoner alone")
     p.add_argument("--judge-api-base", help="server address for --judge")
     p.add_argument("--out", default="out", help="output folder (default ./out)")
     add_model_args(p, prefix_cache="ram")  # the reasoner's four programs alternate

@@ -38,7 +38,7 @@ def _budgets(raw: list[str] | None, optimizers: list[str]) -> dict[str, Any]:
     default budget with its main knob replaced."""
     from pydantic import ValidationError
 
-    from memstrata.bench.compile import BUDGETS, OPTIMIZERS, Budget
+    from memstrata.programs.compiler import BUDGETS, OPTIMIZERS, Budget
 
     out: dict[str, Any] = {}
     for item in raw or []:
@@ -65,7 +65,7 @@ def _task_class(args: argparse.Namespace):
 def _split(args: argparse.Namespace, heldout: bool = False):
     """The split, checked against --data: unknown or shared units exit here, before any
     model loads. Unset --train/--val/--heldout take the program's defaults."""
-    from memstrata.bench.compile import Split
+    from memstrata.programs.compiler import Split
 
     task = _task_class(args)
     default = task.default_split
@@ -102,8 +102,8 @@ def _require_optuna(optimizers: list[str]) -> None:
 def _models(args: argparse.Namespace):
     """The student (--lm) and, when named, the teacher and the reflection model; a name
     given twice is one model (one engine, one meter)."""
-    from memstrata.bench.compile import Models
     from memstrata.programs import setup_lm
+    from memstrata.programs.compiler import Models
 
     student = model_from_args(args)
     loaded = {student.name: student}
@@ -122,12 +122,12 @@ def _models(args: argparse.Namespace):
 
 def _task(args: argparse.Namespace, models):
     """The program's compile task over ``models`` and the retrieval options."""
-    from memstrata.cli import _audit, _embedder, _weights
+    from memstrata.cli_support import audit_path, embedder_from_flag, weights_from_json
 
-    if args.data is None:  # _audit looks beside --data
+    if args.data is None:  # audit_path looks beside --data
         args.data = _data(args)
-    return _task_class(args)(models, embedder=_embedder(not args.no_dense),
-                             weights=_weights(args.weights), audit=_audit(args))
+    return _task_class(args)(models, embedder=embedder_from_flag(not args.no_dense),
+                             weights=weights_from_json(args.weights), audit=audit_path(args))
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -138,8 +138,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     whole units (LoCoMo conversations; the ontology suite's levels for sparql). The
     compile is recorded as a run in --db (every LLM call a step); its wall time and LLM
     calls are printed and kept in the file's meta."""
-    from memstrata.bench.compile import BUDGETS, CompileJob, compile_program
     from memstrata.memory.store.opener import describe, open_store
+    from memstrata.programs.compiler import BUDGETS, CompileJob, compile_program
 
     _limits(args)
     budget = _budgets(args.budget, [args.optimizer]).get(args.optimizer,
@@ -170,16 +170,12 @@ def cmd_bench_compile(args: argparse.Namespace) -> int:
     compile.png to --out, the programs to --out/programs and each system's held-out work
     to --out/heldout (cached: a re-run resumes; a program whose recipe is unchanged is not
     compiled again)."""
-    from memstrata.bench.compile import (
-        OPTIMIZERS,
-        compile_table,
-        run_compile_bench,
-        write_compile_outputs,
-    )
-    from memstrata.cli import _csv, _report
+    from memstrata.bench.compile import compile_table, run_compile_bench, write_compile_outputs
+    from memstrata.cli_support import csv_list, print_report
+    from memstrata.programs.compiler import OPTIMIZERS
 
     _limits(args)
-    optimizers = _csv(args.optimizers, "--optimizers") or list(OPTIMIZERS)
+    optimizers = csv_list(args.optimizers, "--optimizers") or list(OPTIMIZERS)
     if unknown := [o for o in optimizers if o not in OPTIMIZERS]:
         raise SystemExit(f"memstrata: unknown optimizer(s) {', '.join(unknown)}; choose from "
                          f"{', '.join(OPTIMIZERS)}")
@@ -192,12 +188,13 @@ def cmd_bench_compile(args: argparse.Namespace) -> int:
     doc = run_compile_bench(
         _task(args, models), data.data, args.out, split=data.split, optimizers=optimizers,
         budgets=budgets, limit=args.limit, heldout_limit=args.heldout_limit)
-    return _report(compile_table(doc), write_compile_outputs(doc, args.out))
+    return print_report(compile_table(doc), write_compile_outputs(doc, args.out))
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     from memstrata.agent_commands import lm_help
-    from memstrata.bench.compile import DEFAULT_LIMIT, TASKS
+    from memstrata.bench.compile import TASKS
+    from memstrata.programs.compiler import DEFAULT_LIMIT
 
     programs = "; ".join(f"{name}: {task.summary} (split by {task.unit}; default train "
                          f"{','.join(task.default_split.train)}, val "
@@ -227,7 +224,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _budget_epilog() -> str:
-    from memstrata.bench.compile import budget_help
+    from memstrata.programs.compiler import budget_help
 
     return ("Budgets (--budget N, or OPT=N) are sized for a 2-core CPU with the embedded "
             "1.5B model and qa (~10 s a call, one call a run): BootstrapFewShot in ~5-30 "
@@ -240,7 +237,7 @@ def _budget_epilog() -> str:
 
 def add_compile_parsers(sub: Any, bsub: Any) -> None:
     """``memstrata compile`` under ``sub`` and ``memstrata bench compile`` under ``bsub``."""
-    from memstrata.bench.compile import OPTIMIZERS
+    from memstrata.programs.compiler import OPTIMIZERS
 
     p = sub.add_parser("compile", help="compile a program with a DSPy optimizer on LoCoMo "
                        "dev conversations", description=cmd_compile.__doc__,

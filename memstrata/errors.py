@@ -25,6 +25,11 @@ error                                                     also a
                                                           ``CodeInterpreterError``
 ``memstrata.programs.sandbox.SandboxLimitError``          DSPy's ``CodeExecutionError``
 ``memstrata.bench.cognitive.scenarios.ScenarioFileError`` ``ValueError``
+``memstrata.server.errors.ApiError``                      (an HTTP error code; no builtin)
+``memstrata.memory.store.jobs.LeaseLost``                 ``RuntimeError``
+``memstrata.worker.JobTimeoutError``                      ``TimeoutError``
+``memstrata.inspector.app.BadRequest``                    ``ValueError``
+``memstrata.inspector.views.NotFound``                    ``LookupError``
 ========================================================  ==============================
 
 This module imports nothing of memstrata, so every layer, the lowest included, may

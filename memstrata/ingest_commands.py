@@ -51,7 +51,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from memstrata.bench.locomo import load_locomo, read_subset
-    from memstrata.cli import _embedder
+    from memstrata.cli_support import embedder_from_flag
     from memstrata.compile_commands import program_file
     from memstrata.programs.ingest import IngestError, ingest_conversation, weak_model_warning
 
@@ -62,7 +62,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise SystemExit(f"memstrata: {exc}") from None
     program = program_file(args.program, ("extractor",), "ingest")
     handle = model_from_args(args)
-    embedder = _embedder(not args.no_embed)
+    embedder = embedder_from_flag(not args.no_embed)
     # Beside a store file; for a database, in the working folder (never a URL as a name).
     cache = Path(args.cache or ("extractions.jsonl" if is_url(args.db)
                                 else f"{args.db}.extractions.jsonl"))
@@ -101,18 +101,24 @@ def cmd_bench_facts(args: argparse.Namespace) -> int:
     """Extraction at ingest on the dev split, then evidence recall@5/10/25 through facts
     against the raw-turn hybrid in the same run, with the ingest's calls and time."""
     from memstrata.bench.facts import facts_table, run_facts_bench
-    from memstrata.cli import _audit, _embedder, _report, _weights
+    from memstrata.cli_support import (
+        audit_path,
+        embedder_from_flag,
+        print_report,
+        weights_from_json,
+    )
 
     settings = _ingest_settings(args)
     handle = model_from_args(args)
-    doc = run_facts_bench(args.data, handle, args.out, audit=_audit(args),
-                          embedder=_embedder(not args.no_dense), weights=_weights(args.weights),
+    doc = run_facts_bench(args.data, handle, args.out, audit=audit_path(args),
+                          embedder=embedder_from_flag(not args.no_dense),
+                          weights=weights_from_json(args.weights),
                           settings=settings, conversations=_conversations(args))
     out = Path(args.out)
     paths = [out / "facts.json", out / "facts.md"]
     paths[0].write_text(json.dumps(doc, indent=2))
     paths[1].write_text(facts_table(doc) + "\n")
-    return _report(facts_table(doc), paths)
+    return print_report(facts_table(doc), paths)
 
 
 def cmd_persona(args: argparse.Namespace) -> int:

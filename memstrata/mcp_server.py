@@ -44,7 +44,7 @@ import threading
 import typing
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from memstrata.memory.runs import redact_text
 from memstrata.tools import HANDLE_TOOLS, ToolCall, ToolCaps, ToolError, ToolSession
@@ -266,6 +266,7 @@ def build_server(tools: TenantTools) -> MCPServer:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError as McpToolError
     from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
     from mcp.types import ToolAnnotations
     from pydantic import ConfigDict
 
@@ -285,8 +286,9 @@ def build_server(tools: TenantTools) -> MCPServer:
             read_only_hint=name not in WRITE_TOOLS, destructive_hint=False,
             open_world_hint=False))
         # Refuse undeclared arguments (a ``user_id`` above all) instead of dropping them.
-        strict = type(spec.fn_metadata.arg_model.__name__, (spec.fn_metadata.arg_model,),
-                      {"model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True)})
+        base = spec.fn_metadata.arg_model
+        strict = cast(type[ArgModelBase], type(base.__name__, (base,), {
+            "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True)}))
         spec.fn_metadata.arg_model = strict
         spec.parameters = strict.model_json_schema(by_alias=True)
         published.append(spec)
@@ -360,9 +362,13 @@ def serve_http(server: MCPServer, *, port: int, token: str) -> None:
 
 
 def _version() -> str:
-    import memstrata
+    # The installed distribution's: importing the package root would pull in its face.
+    from importlib import metadata
 
-    return str(getattr(memstrata, "__version__", ""))
+    try:
+        return metadata.version("memstrata")
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 __all__ = ["HANDLE_TOOL_NAMES", "LOOPBACK", "SERVER_NAME", "BearerGuard", "TenantTools",

@@ -31,7 +31,10 @@ def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None =
 
     if must_exist and store_missing(args.db):
         raise no_store(args.db)
-    return Memory.open(args.db, lm=lm, durability=getattr(args, "durability", "normal"))
+    # One command, one process: extraction runs in it (a background job would be left
+    # for a worker when the command exits).
+    return Memory.open(args.db, lm=lm, durability=getattr(args, "durability", "normal"),
+                       extraction="sync")
 
 
 def cmd_add(args: argparse.Namespace) -> int:

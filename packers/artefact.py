@@ -13,7 +13,7 @@ from .fit import MARK, cut_words, defuse_lines, fit_lines, flatten
 from .layers import PackedLayer, packed_layer
 
 if TYPE_CHECKING:
-    from memstrata.memory.store import Store
+    from memstrata.memory.store.protocol import MemoryStore
 
 
 # -- L3 -------------------------------------------------------------------------------------
@@ -56,7 +56,7 @@ def summarise_artefact(text: str, budget: int, head_share: float = 0.7) -> tuple
     return "\n".join(parts), True
 
 
-def pack_l3(store: Store, user_id: str, key: str, text: str, *, budget: int,
+def pack_l3(store: MemoryStore, user_id: str, key: str, text: str, *, budget: int,
             summary: str | None = None) -> PackedLayer:
     """Store the full artefact under ``key`` (``store.blobs``); inject a summary only.
 

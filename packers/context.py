@@ -31,7 +31,8 @@ from typing import Literal
 
 from memstrata.memory.models import StrategyItem
 from memstrata.memory.retrieval import Retriever
-from memstrata.memory.store import Filters, Store
+from memstrata.memory.store import Filters
+from memstrata.memory.store.protocol import MemoryStore
 from pydantic import BaseModel, Field
 
 from .artefact import pack_l3
@@ -104,7 +105,8 @@ class ContextBuilder:
     vectors are stored under that embedder's name (``memory.bank.embed_strategies``).
     """
 
-    def __init__(self, store: Store, user_id: str, retriever: Retriever | None = None) -> None:
+    def __init__(self, store: MemoryStore, user_id: str, retriever: Retriever | None = None
+                 ) -> None:
         self.store = store
         self.user_id = user_id
         self.retriever = retriever or Retriever(store)

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Literal
 
 import dspy
-from memstrata.memory import Filters, Hit, Retriever, Store
+from memstrata.memory import Filters, Hit, MemoryStore, Retriever
 from memstrata.memory.attribution import ConversationIndex
 from memstrata.memory.route import Route, Router
 from memstrata.memory.verify import Verification, VerifySettings, coverage, question_terms, verify
@@ -95,13 +95,13 @@ class AnswerSources:
     and the answering model's token counter. Live things: never part of the program's
     state, never copied with it (see ``programs.binding``)."""
 
-    store: Store
+    store: MemoryStore
     retriever: Retriever
     router: Router
     count_tokens: Callable[[str], int]
 
     @classmethod
-    def over(cls, store: Store, *, retriever: Retriever | None = None,
+    def over(cls, store: MemoryStore, *, retriever: Retriever | None = None,
              count_tokens: Callable[[str], int] | None = None) -> AnswerSources:
         """Sources over ``store``: lexical retrieval unless ``retriever`` is given, and a
         rough four characters a token unless ``count_tokens`` is."""
@@ -178,7 +178,7 @@ class PersonalAnswerer(dspy.Module):
         "Not mentioned for Ana: it was Ben's race (s2:3)"
     """
 
-    def __init__(self, store: Store | None = None, *, retriever: Retriever | None = None,
+    def __init__(self, store: MemoryStore | None = None, *, retriever: Retriever | None = None,
                  count_tokens: Callable[[str], int] | None = None,
                  settings: AnswerSettings | None = None, qa: QA | None = None) -> None:
         super().__init__()
@@ -188,7 +188,7 @@ class PersonalAnswerer(dspy.Module):
         if store is not None:
             self.bind(store, retriever=retriever, count_tokens=count_tokens)
 
-    def bind(self, store: Store, *, retriever: Retriever | None = None,
+    def bind(self, store: MemoryStore, *, retriever: Retriever | None = None,
              count_tokens: Callable[[str], int] | None = None) -> PersonalAnswerer:
         """Bind this program to ``store`` (see ``AnswerSources.over``); returns itself."""
         self.sources = Live(AnswerSources.over(store, retriever=retriever,
@@ -197,7 +197,7 @@ class PersonalAnswerer(dspy.Module):
         return self
 
     @property
-    def store(self) -> Store:
+    def store(self) -> MemoryStore:
         """The bound store."""
         return self.sources.get().store
 

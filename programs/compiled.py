@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import dspy
-from pydantic import BaseModel
 
+from .refs import ProgramRef
 from .structured import _without_defaults
 
 FORMAT = 1
@@ -64,20 +64,31 @@ def _voe_responder(options: dict[str, Any]) -> dspy.Module:
     return VoEResponder()
 
 
-def _sparql(options: dict[str, Any]) -> dspy.Module:
-    from memstrata.bench.experiments.ontology_suite import sparql_agent
+Builder = Callable[[dict[str, Any]], dspy.Module]
 
-    from .executors import ExecutorSettings
-
-    return sparql_agent(ExecutorSettings.model_validate(options.get("settings", {})),
-                        mode=options.get("mode", "inject"))
-
-
-#: How each program is rebuilt from its options before its state is loaded.
-BUILDERS: dict[str, Callable[[dict[str, Any]], dspy.Module]] = {
+#: How each of the library's programs is rebuilt from its options before its state is loaded.
+BUILDERS: dict[str, Builder] = {
     "qa": _qa, "answerer": _answerer, "extractor": _extractor,
-    "voe.predictor": _voe_predictor, "voe.responder": _voe_responder, "sparql": _sparql,
+    "voe.predictor": _voe_predictor, "voe.responder": _voe_responder,
 }
+_REGISTERED: dict[str, Builder] = {}
+
+
+def register_program(name: str, builder: Builder) -> None:
+    """Let :func:`save_program` and :func:`load_program` handle a program defined outside
+    the library (a benchmark's agent) under ``name``: ``builder`` rebuilds it from the
+    options :func:`program_options` recorded. Registering a name again replaces its builder.
+
+    Raises:
+        ValueError: ``name`` is one of the library's programs (``BUILDERS``).
+    """
+    if name in BUILDERS:
+        raise ValueError(f"{name!r} is one of memstrata's programs; pick another name")
+    _REGISTERED[name] = builder
+
+
+def _builders() -> dict[str, Builder]:
+    return {**BUILDERS, **_REGISTERED}
 
 
 def program_options(program: dspy.Module) -> dict[str, Any]:
@@ -130,7 +141,8 @@ def _version(package: str) -> str:
 
 
 def program_name(program: dspy.Module) -> str:
-    """The name ``BUILDERS`` knows ``program`` by.
+    """The name ``program`` is saved under (in ``BUILDERS``, or registered with
+    :func:`register_program`).
 
     Raises:
         ValueError: it is none of them.
@@ -141,32 +153,33 @@ def program_name(program: dspy.Module) -> str:
     from .voe import VoEPredictor, VoEResponder
 
     named = getattr(program, "program_name", None)  # an executor built as a known agent
-    if isinstance(named, str) and named in BUILDERS:
+    if isinstance(named, str) and named in _builders():
         return named
     for cls, name in ((QA, "qa"), (PersonalAnswerer, "answerer"), (Extractor, "extractor"),
                       (VoEPredictor, "voe.predictor"), (VoEResponder, "voe.responder")):
         if isinstance(program, cls):
             return name
     raise ValueError(f"{type(program).__name__} is not a program memstrata can save by "
-                     f"name: one of {sorted(BUILDERS)}")
+                     f"name: one of {sorted(_builders())}")
 
 
 def save_program(program: dspy.Module, path: str | Path, *, name: str | None = None,
                  meta: dict[str, Any] | None = None) -> str:
-    """Write ``program`` (a program of ``BUILDERS``) to ``path`` as JSON; return its hash.
+    """Write ``program`` (a program of ``BUILDERS`` or a registered one) to ``path`` as
+    JSON; return its hash.
 
     Args:
         program: the (compiled) program.
         path: the file to write (its folder is created).
-        name: the program's name in ``BUILDERS`` (default: ``program_name(program)``).
+        name: the program's name (default: ``program_name(program)``).
         meta: how it was made (optimizer, models, train/val ids, cost), kept as given.
 
     Raises:
         ValueError: ``name`` is not a known program.
     """
     name = name or program_name(program)
-    if name not in BUILDERS:
-        raise ValueError(f"unknown program {name!r}: one of {sorted(BUILDERS)}")
+    if name not in _builders():
+        raise ValueError(f"unknown program {name!r}: one of {sorted(_builders())}")
     options = program_options(program)
     state = json.loads(json.dumps(_state(program), default=str))
     digest = _digest(name, options, state)
@@ -198,14 +211,6 @@ def program_hash(path: str | Path) -> str:
     return str(read_program_file(path)["sha256"])
 
 
-class ProgramRef(BaseModel):
-    """A program file as a run names it: its path as given, its program and its hash."""
-
-    path: str
-    name: str
-    sha256: str
-
-
 def program_ref(path: str | Path, name: str | None = None) -> ProgramRef:
     """The reference run records and reports keep for the program file at ``path``.
 
@@ -224,15 +229,20 @@ def load_program(name: str, path: str | Path) -> dspy.Module:
     loaded. An answerer comes back unbound (``bind`` it to a store).
 
     Raises:
-        ValueError: the file holds another program, or fails its hash check.
+        ValueError: the file holds another program, fails its hash check, or holds a
+            program neither in ``BUILDERS`` nor registered.
     """
     doc = read_program_file(path)
     if doc["program"] != name:
         raise ValueError(f"{path} holds the program {doc['program']!r}, not {name!r}")
-    program = BUILDERS[name](doc.get("options", {}))
+    builders = _builders()
+    if name not in builders:
+        raise ValueError(f"unknown program {name!r}: one of {sorted(builders)}")
+    program = builders[name](doc.get("options", {}))
     program.load_state(doc["state"])
     return program
 
 
-__all__ = ["BUILDERS", "ProgramRef", "load_program", "program_hash", "program_name",
-           "program_options", "program_ref", "read_program_file", "save_program"]
+__all__ = ["BUILDERS", "Builder", "load_program", "program_hash", "program_name",
+           "program_options", "program_ref", "read_program_file", "register_program",
+           "save_program"]

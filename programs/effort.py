@@ -9,14 +9,14 @@ how far the search follows ``similar_to``/``contradicts`` edges from what it fou
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, get_args
 
 import dspy
 from pydantic import BaseModel, ConfigDict, Field
 
 Intent = Literal["simple_recall", "mathematical_computation", "temporal_comparison",
                  "multi_source_synthesis", "contradiction_resolution", "incremental_update"]
-INTENTS: tuple[str, ...] = Intent.__args__  # type: ignore[attr-defined]
+INTENTS: tuple[str, ...] = get_args(Intent)
 
 
 class Effort(BaseModel):

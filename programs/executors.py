@@ -36,13 +36,13 @@ from memstrata.trajectories import Leakage, Recorder, measure, redact_text
 from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
 
 from .binding import UnboundProgramError
-from .compiled import ProgramRef
 from .errors import ProgramParseError
 from .handles import SandboxBlobRef
 from .instrument import PromptTap
 from .judge import Judge
 from .lm import ModelHandle
 from .meter import Usage
+from .refs import ProgramRef
 from .sandbox import InterpreterKind, SandboxLimits, interpreter_factory
 from .scratchpad import Scratchpad
 from .structured import StructuredPredict
@@ -480,7 +480,8 @@ def _iterations(executor: str, pred: Any) -> tuple[list[dict[str, Any]], bool]:
     """(steps as reasoning/code/output dicts, whether the agent itself finished)."""
     if pred is None:
         return [], False
-    trajectory = getattr(pred, "trajectory", None) or []
+    # A dict of named steps (ReAct) or a list of steps (RLM), as DSPy records them.
+    trajectory: Any = getattr(pred, "trajectory", None) or []
     if executor == "react":
         steps, i = [], 0
         while f"thought_{i}" in trajectory:

@@ -27,8 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import dspy
-from memstrata.memory import Embedder, Filters, Store
+from memstrata.memory import Embedder, Filters, MemoryStore
 from memstrata.memory.chunking import Chunk, ChunkSettings, chunk_turns
+from memstrata.memory.corpus import Corpus
 from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle
 from memstrata.memory.entities import ensure_entities
 from memstrata.memory.facts import Extraction, chunk_text, ground
@@ -122,7 +123,7 @@ def fingerprint(handle: ModelHandle, settings: IngestSettings) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def plan(store: Store, user_id: str, conversation_id: str, settings: IngestSettings,
+def plan(store: MemoryStore, user_id: str, conversation_id: str, settings: IngestSettings,
          turns: list[Turn] | None = None) -> list[Chunk]:
     """The chunks a conversation (or ``turns`` of it) will be extracted in; raises if
     they break the call cap."""
@@ -154,7 +155,7 @@ def _extract(extractor: Extractor, handle: ModelHandle, chunk: Chunk, key: str) 
                        seconds=round(time.perf_counter() - started, 3))
 
 
-def _replace_derived(store: Store, user_id: str, conversation_id: str) -> None:
+def _replace_derived(store: MemoryStore, user_id: str, conversation_id: str) -> None:
     """Drop an earlier ingest's items of this conversation (re-ingest replaces them)."""
     ids = store.allowed_ids(user_id, Filters(kinds=["fact", "qa", "entity"],
                                              conversation_id=conversation_id))
@@ -163,19 +164,22 @@ def _replace_derived(store: Store, user_id: str, conversation_id: str) -> None:
             store.delete(user_id, item.id)
 
 
-def _current_facts(store: Store, user_id: str, conversation_id: str) -> list[FactItem]:
+def _current_facts(store: MemoryStore, user_id: str, conversation_id: str) -> list[FactItem]:
     """The conversation's extracted facts that are still valid (what new ones meet)."""
     ids = store.allowed_ids(user_id, Filters(kinds=["fact"], conversation_id=conversation_id))
     return [f for f in store.get_many(user_id, sorted(ids))
             if isinstance(f, FactItem) and f.valid_to is None and f.source.startswith(SOURCE)]
 
 
-def _store_entities(store: Store, user_id: str, conversation_id: str,
+def _store_entities(store: MemoryStore, user_id: str, conversation_id: str,
                     found: list[EntityItem]) -> int:
     """Participants' entities (``ensure_entities``, read from the turns) gain the roles and
     states the extractor found; anyone else named gets an entity of their own. Returns
     how many entities the extractor touched."""
-    people = {e.name: e for e in ensure_entities(store, user_id, conversation_id)}
+    # The corpus of this conversation alone: ensure_entities reads every turn of the
+    # tenant otherwise, and it runs in the ingest's write transaction.
+    corpus = Corpus(store.turns(user_id, conversation_id=conversation_id))
+    people = {e.name: e for e in ensure_entities(store, user_id, conversation_id, corpus)}
     pooled: dict[str, EntityItem] = {}
     for entity in found:
         kept = pooled.setdefault(entity.name, people.get(entity.name) or entity)
@@ -195,7 +199,7 @@ def _store_entities(store: Store, user_id: str, conversation_id: str,
 
 
 def ingest_conversation(
-    store: Store, user_id: str, conversation_id: str, handle: ModelHandle, *,
+    store: MemoryStore, user_id: str, conversation_id: str, handle: ModelHandle, *,
     settings: IngestSettings | None = None, cache_path: str | Path | None = None,
     embedder: Embedder | None = None, progress: Callable[[int], None] | None = None,
     program: str | Path | None = None, max_chunks: int | None = None,
@@ -230,9 +234,10 @@ def ingest_conversation(
 
 
 def ingest_turns(
-    store: Store, user_id: str, conversation_id: str, turns: list[Turn], handle: ModelHandle,
+    store: MemoryStore, user_id: str, conversation_id: str, turns: list[Turn], handle: ModelHandle,
     *, settings: IngestSettings | None = None, events: list[FactEvent] | None = None,
     program: str | Path | None = None,
+    on_written: Callable[[IngestReport], None] | None = None,
 ) -> IngestReport:
     """Extract facts from some new turns of a conversation, reconciled with what it
     already holds: a known fact gains the new evidence, a changed single-valued one is
@@ -240,19 +245,23 @@ def ingest_turns(
 
     ``events`` receives one :class:`FactEvent` per proposed fact. Facts are embedded by
     the store's embedder as they are written. ``program``: a compiled ``extractor``
-    program file to extract with (as ``ingest_conversation``'s). Raises
-    :class:`IngestError` when the chunks would break the call cap.
+    program file to extract with (as ``ingest_conversation``'s). ``on_written`` is
+    called with the report inside the transaction that writes the facts, after them: a
+    caller's own record of the ingest commits with them, and an exception it raises
+    rolls every one of them back (and propagates). Raises :class:`IngestError` when the
+    chunks would break the call cap.
     """
     return _ingest(store, user_id, conversation_id, handle, settings=settings,
-                   turns=turns, events=events, program=program)
+                   turns=turns, events=events, program=program, on_written=on_written)
 
 
 def _ingest(
-    store: Store, user_id: str, conversation_id: str, handle: ModelHandle, *,
+    store: MemoryStore, user_id: str, conversation_id: str, handle: ModelHandle, *,
     settings: IngestSettings | None = None, cache_path: str | Path | None = None,
     embedder: Embedder | None = None, progress: Callable[[int], None] | None = None,
     turns: list[Turn] | None = None, events: list[FactEvent] | None = None,
     program: str | Path | None = None, max_chunks: int | None = None,
+    on_written: Callable[[IngestReport], None] | None = None,
 ) -> IngestReport:
     settings = settings or IngestSettings()
     started = time.perf_counter()
@@ -272,7 +281,7 @@ def _ingest(
         from .compiled import load_program, program_ref
 
         ref = program_ref(program, "extractor")
-        extractor = load_program("extractor", program)  # type: ignore[assignment]
+        extractor = load_program("extractor", program)
         salt += f"+program{ref.sha256[:12]}"
     facts: list[FactItem] = []
     qa: list[QAPairItem] = []
@@ -319,31 +328,38 @@ def _ingest(
                 report.unresolved_times += grounded.unresolved_times
             if progress is not None:
                 progress(len(chunk.turns))
-        existing: list[FactItem] = []
-        if incremental:
-            existing = _current_facts(store, user_id, conversation_id)
-        else:
-            _replace_derived(store, user_id, conversation_id)
-        turn_ids = {t.turn_id: t.id for t in turns}
-        report.hierarchy = reconcile_conversation(store, user_id, facts, qa, turn_ids,
-                                                  fuzzy=settings.fuzzy, existing=existing,
-                                                  events=events)
-        touched = _store_entities(store, user_id, conversation_id, entities)
-        if settings.persona:
-            # An incremental ingest rebuilds the persona from every current fact, so
-            # earlier participants and facts keep their rows.
-            people = list(dict.fromkeys([*(f.about for f in existing if f.about),
-                                         *participants]))
-            report.persona = build_persona(store, user_id, conversation_id, people,
-                                           [f for f in [*existing, *facts] if f.id])
-        if embedder is not None:
-            stored = [*facts, *qa]
-            if stored:
-                store.set_embeddings(user_id, [i.id for i in stored],
-                                     embedder.encode([i.text for i in stored]), embedder.name)
-        report.proposed = dict(proposed)
-        report.kept = {"facts": report.hierarchy.stored, "qa": len(qa),
-                       "entities": touched}
+        # Every write of the ingest in one transaction, after the model calls: what it
+        # read of the conversation's facts is what it reconciles against, and a process
+        # killed part way through leaves none of it (a re-run then writes it all once).
+        with store.transaction():
+            existing: list[FactItem] = []
+            if incremental:
+                existing = _current_facts(store, user_id, conversation_id)
+            else:
+                _replace_derived(store, user_id, conversation_id)
+            turn_ids = {t.turn_id: t.id for t in turns}
+            report.hierarchy = reconcile_conversation(store, user_id, facts, qa, turn_ids,
+                                                      fuzzy=settings.fuzzy, existing=existing,
+                                                      events=events)
+            touched = _store_entities(store, user_id, conversation_id, entities)
+            if settings.persona:
+                # An incremental ingest rebuilds the persona from every current fact, so
+                # earlier participants and facts keep their rows.
+                people = list(dict.fromkeys([*(f.about for f in existing if f.about),
+                                             *participants]))
+                report.persona = build_persona(store, user_id, conversation_id, people,
+                                               [f for f in [*existing, *facts] if f.id])
+            if embedder is not None:
+                stored = [*facts, *qa]
+                if stored:
+                    store.set_embeddings(user_id, [i.id for i in stored],
+                                         embedder.encode([i.text for i in stored]),
+                                         embedder.name)
+            report.proposed = dict(proposed)
+            report.kept = {"facts": report.hierarchy.stored, "qa": len(qa),
+                           "entities": touched}
+            if on_written is not None:
+                on_written(report)
         report.rejected = dict(rejected)
         report.cleared = dict(cleared)
         report.seconds = round(time.perf_counter() - started, 3)

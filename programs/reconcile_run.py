@@ -7,7 +7,7 @@ import itertools
 from typing import Any
 
 import dspy
-from memstrata.memory import Store
+from memstrata.memory import MemoryStore
 from memstrata.memory.entities import (
     conversation_facts,
     record_merge,
@@ -33,7 +33,7 @@ class PairResult(BaseModel):
     error: str | None = None
 
 
-def store_decision(store: Store, user_id: str, decision: ReconcileDecision) -> dict[str, Any]:
+def store_decision(store: MemoryStore, user_id: str, decision: ReconcileDecision) -> dict[str, Any]:
     """Write a decision: MERGE -> person entity + ``same_as`` edges, and the merged
     person's facts superseded in time order (``supersede_across``); SEPARATE -> a
     ``distinct_from`` edge; both -> an event-log entry. Returns what was written.

@@ -11,7 +11,7 @@ repeated is ignored; a reply that names nothing leaves the retriever's order as 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import dspy
 from memstrata.memory import Hit, Retriever
@@ -76,9 +76,9 @@ class RerankingRetriever:
         self.program = Reranker()
         self.replies: list[dict[str, object]] = []
 
-    def search(self, user_id: str, query: str, k: int = 10, **kwargs: object) -> list[Hit]:
+    def search(self, user_id: str, query: str, k: int = 10, **kwargs: Any) -> list[Hit]:
         """The retriever's hits for ``query``, its top ``depth`` reordered by the LLM."""
-        hits = self.retriever.search(user_id, query, k=max(k, self.depth), **kwargs)  # type: ignore[arg-type]
+        hits = self.retriever.search(user_id, query, k=max(k, self.depth), **kwargs)
         if len(hits) < 2:
             return hits[:k]
         with dspy.context(lm=self.handle.lm):

@@ -40,19 +40,19 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import dspy
 from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError
 from dspy.primitives.python_interpreter import _jsonrpc_notification
 from dspy.utils.callback import with_callbacks
 from memstrata.memory.extras import MissingExtraError, require
+from memstrata.memory.paths import memstrata_home
 from pydantic import BaseModel, Field
 
 from memstrata.errors import MemstrataError
 
 from .errors import ModelSetupError
-from .paths import memstrata_home
 
 try:
     import resource
@@ -565,6 +565,12 @@ class SandboxInterpreter(dspy.PythonInterpreter):
     results is lost, and the error says so. ``incidents`` lists every stopped step.
     """
 
+    # The base class's, declared here because DSPy ships no type information.
+    deno_process: subprocess.Popen[str] | None
+    if TYPE_CHECKING:
+        def _raise_terminal_error(self, message: str, cause: Exception | None = None
+                                  ) -> NoReturn: ...
+
     def __init__(self, deno_command: list[str], *, limits: SandboxLimits | None = None,
                  tools: dict[str, Callable[..., Any]] | None = None,
                  env: dict[str, str] | None = None) -> None:
@@ -585,14 +591,14 @@ class SandboxInterpreter(dspy.PythonInterpreter):
     def _spawn_process(self) -> None:
         """Start Deno with ``env``, bounded by ``start_s``; then cap its memory."""
         try:
-            self.deno_process = subprocess.Popen(
+            process = self.deno_process = subprocess.Popen(
                 self.deno_command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, encoding="UTF-8", env=self.env)
         except FileNotFoundError as exc:
             raise SandboxStartError(f"Deno not found ({exc}): pip install --force-reinstall "
                                     "deno") from None
-        self._stderr = _StderrTail(self.deno_process)
-        watchdog = _Watchdog(self.deno_process, self.limits.start_s)
+        self._stderr = _StderrTail(process)
+        watchdog = _Watchdog(process, self.limits.start_s)
         try:
             self._health_check()
         except CodeInterpreterError as exc:
@@ -602,7 +608,7 @@ class SandboxInterpreter(dspy.PythonInterpreter):
                                         ) from None
             raise SandboxStartError(f"the sandbox does not start: {str(exc)[:500]}") from None
         watchdog.stop()
-        self._cap_memory(self.deno_process.pid)
+        self._cap_memory(process.pid)
 
     def _cap_memory(self, pid: int) -> None:
         # RLIMIT_DATA counts writable private mappings, not V8's reserved address space,
@@ -618,7 +624,9 @@ class SandboxInterpreter(dspy.PythonInterpreter):
     def _read_response_line(self, context: str) -> str:
         """One line from Deno, at most ``output_mb``; a longer one ends the process."""
         limit = self.limits.output_mb * 1024 * 1024
-        line = self.deno_process.stdout.readline(limit + 1)
+        process = self.deno_process
+        assert process is not None and process.stdout is not None  # read only once started
+        line = process.stdout.readline(limit + 1)
         if len(line) > limit:
             self._overflow = True
             self._raise_terminal_error(f"the sandbox wrote a line of over {limit:,} "
@@ -627,7 +635,7 @@ class SandboxInterpreter(dspy.PythonInterpreter):
             return line.strip()
         diagnostic = (f" (last sandbox diagnostic: {self._last_diagnostic})"
                       if self._last_diagnostic else "")
-        code = self.deno_process.poll()
+        code = process.poll()
         if code is not None:
             stderr = self._stderr.text() if self._stderr is not None else ""
             self._raise_terminal_error(f"Deno exited (code {code}) {context}: {stderr}"
@@ -782,8 +790,10 @@ class SandboxInterpreter(dspy.PythonInterpreter):
                 process.kill()
             else:
                 with contextlib.suppress(OSError, ValueError):
-                    process.stdin.write(_jsonrpc_notification("shutdown") + "\n")
-                    process.stdin.close()
+                    stdin = process.stdin
+                    if stdin is not None:
+                        stdin.write(_jsonrpc_notification("shutdown") + "\n")
+                        stdin.close()
             try:
                 process.wait(timeout=self.limits.shutdown_s)
             except subprocess.TimeoutExpired:

@@ -113,10 +113,11 @@ class CompactJSONAdapter(dspy.JSONAdapter):
             # DSPy drops to schema-less JSON mode when an output is an open mapping (ReAct's
             # tool args): strict APIs reject open objects. llama.cpp's grammar takes them,
             # and without a schema a small model answers with the wrong keys.
-            lm_kwargs["response_format"] = pydantic.create_model(
-                "Outputs", **{name: (Annotated[(f.annotation, *f.metadata)] if f.metadata
-                                     else f.annotation, ...)
-                              for name, f in signature.output_fields.items()})
+            fields: dict[str, Any] = {
+                name: (Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation,
+                       ...)
+                for name, f in signature.output_fields.items()}
+            lm_kwargs["response_format"] = pydantic.create_model("Outputs", **fields)
             return
         if not (isinstance(fmt, type) and issubclass(fmt, pydantic.BaseModel)):
             return  # JSON mode, or no response_format at all: nothing to bound

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 import dspy
-from memstrata.memory import Conversation, Session, Store, Turn
+from memstrata.memory import Conversation, MemoryStore, Session, Turn
 from memstrata.memory.voe_facts import ScoredFact, VoEFacts, similarity
 from pydantic import BaseModel, Field, StringConstraints
 
@@ -39,6 +39,9 @@ CHAT = "chat"
 MAX_MESSAGE_CHARS = 4000
 NO_FACTS = "(none)"
 """What the responder is shown when no fact is retrieved (always, in the baseline)."""
+HIT = 0.6
+"""The similarity (0-1, ``memory.voe_facts.similarity`` / 100) at which a predicted next
+message counts as a hit: the VoE benchmark's line and the VoE metric's."""
 
 
 class VoESettings(BaseModel):
@@ -170,7 +173,7 @@ class VoELoop(dspy.Module):
         responder: call 2's program (default: a fresh ``VoEResponder``; a compiled one).
     """
 
-    def __init__(self, store: Store, user_id: str, settings: VoESettings | None = None, *,
+    def __init__(self, store: MemoryStore, user_id: str, settings: VoESettings | None = None, *,
                  use_facts: bool = True, persist_history: bool = True,
                  predictor: VoEPredictor | None = None,
                  responder: VoEResponder | None = None) -> None:
@@ -179,7 +182,7 @@ class VoELoop(dspy.Module):
         self.settings = settings or VoESettings()
         self.use_facts = use_facts
         self.persist_history = persist_history
-        self.live: Live[tuple[Store, VoEFacts]] = Live(
+        self.live: Live[tuple[MemoryStore, VoEFacts]] = Live(
             (store, VoEFacts(store, self.settings.max_facts)), what="store")
         self.predictor = predictor or VoEPredictor()
         self.responder = responder or VoEResponder()
@@ -187,7 +190,7 @@ class VoELoop(dspy.Module):
         self._facts_cache = self.facts.facts(user_id) if use_facts else []
 
     @property
-    def store(self) -> Store:
+    def store(self) -> MemoryStore:
         """The store the chat lives in."""
         return self.live.get()[0]
 

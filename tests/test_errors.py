@@ -30,6 +30,11 @@ FAMILY: list[tuple[str, str, tuple[type[BaseException], ...]]] = [
     ("memstrata.programs.sandbox", "SandboxStartError", (RuntimeError, CodeInterpreterError)),
     ("memstrata.programs.sandbox", "SandboxLimitError", (CodeExecutionError,)),
     ("memstrata.bench.cognitive.scenarios", "ScenarioFileError", (ValueError,)),
+    ("memstrata.server.errors", "ApiError", ()),
+    ("memstrata.memory.store.jobs", "LeaseLost", (RuntimeError,)),
+    ("memstrata.worker", "JobTimeoutError", (TimeoutError,)),
+    ("memstrata.inspector.app", "BadRequest", (ValueError,)),
+    ("memstrata.inspector.views", "NotFound", (LookupError,)),
 ]
 
 

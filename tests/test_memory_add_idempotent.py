@@ -170,7 +170,8 @@ def test_fact_events_follow_the_message_events(scripted) -> None:
     from memstrata.programs.ingest import IngestSettings
 
     settings = IngestSettings()
-    m = Memory(Memory.open(":memory:").store, lm=scripted(answering), ingest=settings)
+    m = Memory(Memory.open(":memory:").store, lm=scripted(answering), ingest=settings,
+               extraction="sync")
     chunk = [{"role": "user" if n % 2 else "assistant",
               "content": f"Message {n} about hiking trail number {n}"}
              for n in range(settings.chunking.max_turns)]

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memstrata.formats import ImportFormatError
-from memstrata.memory.forget import tenant_tables
+from memstrata.memory.store.forget import tenant_tables
 
 from memstrata import Memory
 from tests.conftest import field
@@ -117,7 +117,7 @@ def test_every_write_path_is_embedded() -> None:
 
 def test_add_batches_extraction_into_full_chunks(scripted) -> None:
     handle = scripted(answering)
-    m = Memory(Memory.open(":memory:").store, lm=handle)
+    m = Memory(Memory.open(":memory:").store, lm=handle, extraction="sync")  # facts in add
     events: list[dict[str, Any]] = []
     for n in range(40):
         events += m.add({"role": "user" if n % 2 else "assistant",

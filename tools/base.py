@@ -11,7 +11,7 @@ import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from memstrata.memory import Retriever, Store
+from memstrata.memory import MemoryStore, Retriever
 from memstrata.packers.fit import MARK, flatten
 from pydantic import BaseModel, Field
 
@@ -67,7 +67,7 @@ class ToolError(MemstrataError, ValueError):
 class Binding:
     """One tenant's view of the store, fixed when a tool session starts."""
 
-    store: Store
+    store: MemoryStore
     user_id: str
     caps: ToolCaps
     agent_id: str | None = None

@@ -111,8 +111,7 @@ def _round(value: Fraction, digits: int) -> Fraction:
     return (whole if value >= 0 else -whole) / scale
 
 
-def _call(node: ast.Call, args: list[Fraction]) -> Fraction:
-    name = node.func.id  # type: ignore[attr-defined]  # checked by the caller
+def _call(name: str, args: list[Fraction]) -> Fraction:
     if name == "abs":
         if len(args) != 1:
             raise CalculatorError("abs takes exactly one argument")
@@ -165,7 +164,7 @@ def _walk(node: ast.AST, source: str, depth: int) -> Fraction:
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise CalculatorError("functions take plain positional arguments only")
         args = [_walk(a, source, depth + 1) for a in node.args]
-        return _check(_call(node, args))
+        return _check(_call(node.func.id, args))
     if isinstance(node, ast.Name):
         raise CalculatorError(f"unknown name {node.id[:40]!r}: only numbers and "
                               f"{', '.join(_FUNCTIONS)}(...) are allowed")

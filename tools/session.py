@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memstrata.memory import Retriever, Store
+from memstrata.memory import MemoryStore, Retriever
 from memstrata.memory.runs import redact, redact_text
 from memstrata.packers.fit import MARK
 
@@ -68,7 +68,7 @@ class ToolSession:
         run_id: recorded on events and items the agent writes.
     """
 
-    def __init__(self, store: Store, user_id: str, *, agent_id: str | None = None,
+    def __init__(self, store: MemoryStore, user_id: str, *, agent_id: str | None = None,
                  caps: ToolCaps | None = None, retriever: Retriever | None = None,
                  run_id: str | None = None) -> None:
         if not user_id:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from memstrata.memory import Store
+from memstrata.memory import MemoryStore
 
 
-def export_jsonl(store: Store, path: str | Path, *, user_id: str | None = None,
+def export_jsonl(store: MemoryStore, path: str | Path, *, user_id: str | None = None,
                  limit: int = 10_000) -> int:
     """Write the newest ``limit`` runs (of one tenant, or all) to ``path``; returns the count.
 

@@ -21,7 +21,7 @@ from memstrata.memory.bank import ConsolidationPolicy, Decision, embed_strategie
 from memstrata.memory.bank_forget import ForgettingPolicy, Retirement
 from memstrata.memory.embed import Embedder
 from memstrata.memory.models import StrategyItem
-from memstrata.memory.store import Store
+from memstrata.memory.store.protocol import MemoryStore
 from pydantic import BaseModel, Field
 
 
@@ -34,7 +34,7 @@ class LoopUpdate(BaseModel):
     retired: list[Retirement] = Field(default_factory=list)
 
 
-def append(store: Store, user_id: str, candidate: StrategyItem) -> Decision:
+def append(store: MemoryStore, user_id: str, candidate: StrategyItem) -> Decision:
     """Store ``candidate`` as it is (append-only), folding only an exact duplicate; logged.
 
     Raises:
@@ -56,7 +56,7 @@ def append(store: Store, user_id: str, candidate: StrategyItem) -> Decision:
     return decision
 
 
-def learn(store: Store, user_id: str, *, used: Sequence[str], won: bool,
+def learn(store: MemoryStore, user_id: str, *, used: Sequence[str], won: bool,
           candidates: Sequence[StrategyItem],
           consolidation: ConsolidationPolicy | None = None,
           forgetting: ForgettingPolicy | None = None,

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import functools
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
-import memstrata
+# A checkout holds this file as <root>/trajectories/provenance.py.
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 @functools.cache
 def git_commit() -> str | None:
     """``<sha>`` or ``<sha>-dirty`` of the checkout memstrata runs from; None when it is
     not a git checkout (an installed wheel: the version is recorded instead)."""
-    root = Path(memstrata.__file__).resolve().parent.parent
+    root = _ROOT
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                              text=True, timeout=10, check=True).stdout.strip()
@@ -27,4 +29,11 @@ def git_commit() -> str | None:
 
 def code_version() -> str:
     """The git commit where there is one, else the package version."""
-    return git_commit() or f"memstrata {getattr(memstrata, '__version__', 'unknown')}"
+    return git_commit() or f"memstrata {_version()}"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("memstrata")
+    except metadata.PackageNotFoundError:
+        return "unknown"

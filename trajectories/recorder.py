@@ -24,9 +24,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from memstrata.memory import Store
+from memstrata.memory import MemoryStore
 from memstrata.memory.models import utcnow
-from memstrata.memory.runs import RunRecord, StepRecord
+from memstrata.memory.runs import RunRecord, RunStatus, StepRecord
 
 from .provenance import git_commit
 from .redact import redact, redact_text
@@ -60,7 +60,7 @@ class Recorder:
             always kept in full).
     """
 
-    def __init__(self, store: Store, user_id: str, program: str, *, task: str = "",
+    def __init__(self, store: MemoryStore, user_id: str, program: str, *, task: str = "",
                  config: dict[str, Any] | None = None, layers: Sequence[str] = (),
                  agent_id: str | None = None, preview_chars: int = PREVIEW_CHARS) -> None:
         self.store = store
@@ -122,11 +122,11 @@ class Recorder:
         return self._close("error", message[:2000], output=output, usage=usage,
                            leakage=leakage)
 
-    def _close(self, status: str, error: str | None, **fields: Any) -> RunRecord:
+    def _close(self, status: RunStatus, error: str | None, **fields: Any) -> RunRecord:
         if self._finished:
             return self.record
         rec = self.record
-        rec.status = status  # type: ignore[assignment]
+        rec.status = status
         rec.error = None if error is None else redact_text(error)
         for name in ("output", "verdict", "usage", "leakage"):
             if fields.get(name) is not None:

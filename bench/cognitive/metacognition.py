@@ -18,8 +18,8 @@ from typing import Any
 from memstrata.memory.cognitive import CognitiveMemory
 from memstrata.programs.reasoning import ReasoningTrace
 
-from .scenarios import Question, Rule, Scenario
-from .scoring import score
+from .scenarios import Question, Scenario
+from .scoring import Rule, score
 
 
 def _has_all(needs: list[str], texts: list[str]) -> bool:
@@ -76,7 +76,7 @@ def metacognition(rows: list[dict[str, Any]], runs: int) -> dict[str, Any]:
     decisions = [d for r in rows for d in r["decisions"]]
     shown = [r for r in rows if r["shown"]]
     simple = [r for r in rows if r["gold_intent"] == "simple_recall"]
-    per_run = {}
+    per_run: dict[Any, int] = {}
     for r in rows:
         per_run[r["run"]] = per_run.get(r["run"], 0) + r["refined_queries"] + r["recomputed"]
     l3 = [r for r in rows if r["level"] == "L3"]

@@ -29,6 +29,8 @@ from memstrata.programs.reasoning import AdaptiveReasoner, ReasoningTrace
 from memstrata.trajectories.recorder import Recorder
 from tqdm import tqdm
 
+from memstrata import Memory
+
 from .baseline import PlainAnswerer, article_time, passages
 from .metacognition import metacognition, question_row
 from .scenarios import Scenario, ScenarioFile, default_scenarios_path, load_scenarios
@@ -41,7 +43,7 @@ def _plain_tenant(store: Store, user: str, scenario: Scenario) -> None:
     """The scenario's sentences as dated turns of one conversation (the baseline's)."""
     conv = f"{scenario.level}-articles"
     store.add_conversation(Conversation(id=conv, user_id=user, title=scenario.title))
-    turns = []
+    turns: list[Turn] = []
     for n, (article, sentence) in enumerate(passages(scenario)):
         session = f"{conv}:{article.id}"
         if not turns or turns[-1].session_id != session:
@@ -66,8 +68,14 @@ def _judge(judge: Any, question: Any, answer: str) -> float:
 def run_cognitive_bench(handle: ModelHandle, out_dir: str | Path, *,
                         scenarios: str | Path | None = None, runs: int = 3,
                         levels: set[str] | None = None, judge: ModelHandle | None = None,
-                        progress: bool = True) -> dict[str, Any]:
+                        progress: bool = True, through_memory: bool = False
+                        ) -> dict[str, Any]:
     """Run the evaluation ``runs`` times; writes and returns the ``cognitive.json`` doc.
+
+    ``through_memory``: the ``cognitive`` system reads the articles with ``Memory.read``
+    and answers with ``Memory.answer`` (routed: a simple recall to the personal answerer,
+    the rest to the reasoner over the same memory) instead of the reasoner alone; the
+    document says which (``"path"``). The baseline is the same either way.
 
     Raises:
         ScenarioFileError: the scenario file is missing or malformed.
@@ -92,18 +100,24 @@ def run_cognitive_bench(handle: ModelHandle, out_dir: str | Path, *,
             db = out / f"cognitive_run{run}.db"
             db.unlink(missing_ok=True)
             with Store.open(db) as store, dspy.context(lm=handle.lm):
+                door = Memory(store, lm=handle) if through_memory else None
                 for scenario in chosen:
                     mind = CognitiveMemory(store, f"cognitive:{scenario.level}")
                     for article in sorted(scenario.articles, key=lambda a: a.date):
-                        mind.read(article.text, title=article.title, source=article.source,
-                                  when=article.date)
+                        if door is not None:
+                            door.read(article.text, user_id=mind.user_id, title=article.title,
+                                      source=article.source, when=article.date)
+                        else:
+                            mind.read(article.text, title=article.title,
+                                      source=article.source, when=article.date)
                     plain_user = f"plain:{scenario.level}"
                     _plain_tenant(store, plain_user, scenario)
                     retriever = Retriever(store, store.embedder)
                     for question in scenario.questions:
                         for system in ("cognitive", "baseline"):
                             row = _answer(system, handle, judge, store, mind, retriever,
-                                          plain_user, reasoner, plain, scenario, question)
+                                          door, plain_user, reasoner, plain, scenario,
+                                          question)
                             row["run"] = run
                             rows.append(row)
                             log.write(json.dumps(row, default=str) + "\n")
@@ -113,6 +127,7 @@ def run_cognitive_bench(handle: ModelHandle, out_dir: str | Path, *,
     doc = summarise(rows, model=handle.name, runs=runs, scenarios=spec.name,
                     judged=judge is not None)
     doc["seconds"] = round(time.perf_counter() - started, 1)
+    doc["path"] = "memory" if through_memory else "reasoner"
     (out / "cognitive.json").write_text(json.dumps(doc, indent=2))
     from .report import write_reports
 
@@ -121,7 +136,7 @@ def run_cognitive_bench(handle: ModelHandle, out_dir: str | Path, *,
 
 
 def _answer(system: str, handle: ModelHandle, judge: ModelHandle | None, store: Store,
-            mind: CognitiveMemory, retriever: Retriever, plain_user: str,
+            mind: CognitiveMemory, retriever: Retriever, door: Memory | None, plain_user: str,
             reasoner: AdaptiveReasoner, plain: PlainAnswerer, scenario: Scenario,
             question: Any) -> dict[str, Any]:
     """One system's answer to one question, scored, recorded as a run."""
@@ -134,11 +149,18 @@ def _answer(system: str, handle: ModelHandle, judge: ModelHandle | None, store: 
                           "model": handle.name}) as rec:
         try:
             if system == "cognitive":
-                pred = reasoner(question=question.question, mind=mind)
+                if door is not None:
+                    routed = door.answer(question.question, user_id=mind.user_id)
+                    pred = dspy.Prediction(answer=routed.answer, trace=routed.reasoning)
+                    rec.step("route", routed.path, output=routed.intent,
+                             data={"memory_run": routed.run_id})
+                else:
+                    pred = reasoner(question=question.question, mind=mind)
                 answer, trace = pred.answer, pred.trace
-                # As data, not output: a step's output is cut to a preview.
-                rec.step("trace", "reasoner", output=answer,
-                         data=trace.model_dump(mode="json"))
+                if trace is not None:  # None: routed to the answerer
+                    # As data, not output: a step's output is cut to a preview.
+                    rec.step("trace", "reasoner", output=answer,
+                             data=trace.model_dump(mode="json"))
             else:
                 pred = plain(question=question.question, store=store, retriever=retriever,
                              user_id=plain_user)

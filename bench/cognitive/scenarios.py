@@ -20,12 +20,11 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     field_validator,
-    model_validator,
 )
 
 from memstrata.errors import MemstrataError
 
-from .scoring import matches, score, tokens
+from .scoring import Rule, matches, score
 
 Intent = Literal[
     "simple_recall",
@@ -40,30 +39,6 @@ Text = Annotated[str, StringConstraints(min_length=1)]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class Rule(_Strict):
-    """How an answer is scored: every ``all`` item, at least one ``any`` item, no ``none``
-    item (a wrong value a correct answer never states); ``tolerance`` is relative."""
-
-    all: list[Text] = []
-    any: list[Text] = []
-    none: list[Text] = []
-    tolerance: float = Field(0.0, ge=0.0, le=1.0)
-
-    @field_validator("all", "any", "none")
-    @classmethod
-    def _items_have_content(cls, items: list[str]) -> list[str]:
-        for item in items:
-            if not tokens(item):
-                raise ValueError(f"item {item!r} has no letters or digits")
-        return items
-
-    @model_validator(mode="after")
-    def _something_to_match(self) -> Rule:
-        if not self.all and not self.any:
-            raise ValueError("give at least one of all/any")
-        return self
 
 
 class Question(_Strict):

@@ -20,12 +20,19 @@ import math
 import re
 import unicodedata
 from statistics import fmean
-from typing import TYPE_CHECKING
+from typing import Annotated
 
 from memstrata.memory.cognitive.values import numbers
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
-if TYPE_CHECKING:
-    from .scenarios import Rule
+_Text = Annotated[str, StringConstraints(min_length=1)]
 
 FLOAT_SLACK = 1e-9
 """The relative difference still counted as equal at tolerance 0 (float noise only)."""
@@ -99,6 +106,32 @@ def matches(item: str, text: str, tolerance: float = 0.0) -> bool:
     if _is_command(item):
         return _has_command(item, text)
     return _has_tokens(item, text)
+
+
+class Rule(BaseModel):
+    """How an answer is scored: every ``all`` item, at least one ``any`` item, no ``none``
+    item (a wrong value a correct answer never states); ``tolerance`` is relative."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    all: list[_Text] = []
+    any: list[_Text] = []
+    none: list[_Text] = []
+    tolerance: float = Field(0.0, ge=0.0, le=1.0)
+
+    @field_validator("all", "any", "none")
+    @classmethod
+    def _items_have_content(cls, items: list[str]) -> list[str]:
+        for item in items:
+            if not tokens(item):
+                raise ValueError(f"item {item!r} has no letters or digits")
+        return items
+
+    @model_validator(mode="after")
+    def _something_to_match(self) -> Rule:
+        if not self.all and not self.any:
+            raise ValueError("give at least one of all/any")
+        return self
 
 
 def score(answer: str, rule: Rule) -> float:

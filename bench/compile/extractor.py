@@ -37,16 +37,23 @@ from memstrata.memory import Embedder, SearchWeights, Store
 from memstrata.memory.chunking import Chunk
 from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle
 from memstrata.memory.facts import chunk_text
-from memstrata.programs.compiled import ProgramRef
+from memstrata.programs.compiler import (
+    CompileSets,
+    HeldoutScore,
+    Models,
+    ProgramTask,
+    Split,
+    SplitData,
+)
 from memstrata.programs.extractor import Extractor
 from memstrata.programs.ingest import IngestReport, IngestSettings, ingest_conversation, plan
 from memstrata.programs.metrics import Metric, extractor_metric
+from memstrata.programs.refs import ProgramRef
 from tqdm import tqdm
 
 from ..facts import locomo_ingest_settings, recall_through_facts, scored_questions
 from ..locomo import LoCoMoConversation, Question, apply_audit, load_locomo
 from ..retrieval import CATEGORIES
-from .core import CompileSets, HeldoutScore, Models, ProgramTask, Split, SplitData
 from .qa import LOCOMO_SPLIT, read_split
 
 RECALL_K = 10

@@ -36,13 +36,20 @@ import dspy
 from memstrata.memory import Embedder, Retriever, SearchWeights, Store
 from memstrata.programs import ModelHandle
 from memstrata.programs.answer import AnswerSources, PersonalAnswerer, answering_from
-from memstrata.programs.compiled import ProgramRef
+from memstrata.programs.compiler import (
+    CompileSets,
+    HeldoutScore,
+    Models,
+    ProgramTask,
+    Split,
+    SplitData,
+)
 from memstrata.programs.metrics import Metric, qa_metric
 from memstrata.programs.qa import QA
+from memstrata.programs.refs import ProgramRef
 
 from ..locomo import Question, apply_audit, load_locomo, read_locomo
 from ..qa import QASettings, answer_settings, memstrata_answerer, run_locomo_bench, select_questions
-from .core import CompileSets, HeldoutScore, Models, ProgramTask, Split, SplitData
 
 LOCOMO_SPLIT = Split(train=("conv-26", "conv-30", "conv-41"), val=("conv-43",),
                      heldout=("conv-47",))

@@ -59,10 +59,17 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 from memstrata.memory import Embedder, SearchWeights, Store
-from memstrata.programs.compiled import ProgramRef
-from memstrata.programs.metrics import Metric, sparql_metric
-
-from .core import CompileSets, HeldoutScore, Models, ProgramTask, Split, SplitData, spread
+from memstrata.programs.compiler import (
+    CompileSets,
+    HeldoutScore,
+    Models,
+    ProgramTask,
+    Split,
+    SplitData,
+    spread,
+)
+from memstrata.programs.metrics import Metric, metric_result
+from memstrata.programs.refs import ProgramRef
 
 if TYPE_CHECKING:
     from memstrata.bench.experiments.config import ExperimentConfig
@@ -104,6 +111,48 @@ def read_levels(data: str | Path, split: Split) -> SplitData:
     split.check(by_level, data)
     wanted = (*split.train, *split.val, *split.heldout)
     return SplitData(split=split, data=str(data), units={lv: by_level[lv] for lv in wanted})
+
+
+ITEMS_SHOWN = 5  # missing / extra items named in a feedback
+
+
+def sparql_metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None,
+                  pred_name: str | None = None, pred_trace: Any = None) -> dspy.Prediction:
+    """Score and feedback for a final SPARQL query (``pred.sparql``, else ``pred.answer``):
+    the result-set F1 of the query against the gold answer, 1 on an exact match; feedback:
+    the query's status or error, the gold items missing, the extra ones, and the
+    anti-patterns found (GEPA's feedback protocol, as ``programs.metrics``).
+
+    ``gold.task`` is the ``OntologyTask`` (gold answer and tags). The query runs as the
+    suite runs it (isolated, time-limited); a bad query is a status, never an exception.
+    """
+    from memstrata.bench.ontology import execute, score
+    from memstrata.bench.ontology.scoring import difference
+
+    task = gold.task
+    query = str(getattr(pred, "sparql", None) or getattr(pred, "answer", "") or "").strip()
+    if "select" not in query.lower():
+        return metric_result(
+            0.0, ["No SELECT query was given: answer with one SPARQL SELECT query."])
+    outcome = execute(query, timeout_s=10.0, max_rows=10_000, isolate=True)
+    verdict = score(task, query, outcome=outcome)
+    if verdict.success:
+        parts = ["The query's result matches the gold answer exactly."]
+    elif verdict.status != "ok":
+        parts = [f"The query did not run: {verdict.status}: {(verdict.error or '')[:300]}."]
+    else:
+        missing, extra = difference(task, outcome)
+        parts = [f"Result-set precision {verdict.precision:.2f}, recall {verdict.recall:.2f}"
+                 f" over {verdict.n_rows} rows" + (" (truncated)" if verdict.truncated else "")
+                 + "."]
+        if missing:
+            parts.append(f"Missing from the result ({len(missing)}): "
+                         + ", ".join(map(str, missing[:ITEMS_SHOWN])) + ".")
+        if extra:
+            parts.append(f"Not in the gold answer ({len(extra)}): "
+                         + ", ".join(map(str, extra[:ITEMS_SHOWN])) + ".")
+    parts += [f"Anti-pattern {f.name}: {f.message}" for f in verdict.findings]
+    return metric_result(1.0 if verdict.success else verdict.f1, parts)
 
 
 class SparqlTask(ProgramTask):
@@ -247,4 +296,4 @@ class SparqlTask(ProgramTask):
 
 
 __all__ = ["DEFAULT_EXPERIMENT", "LEVEL_SPLIT", "TASK_FILE", "SparqlTask", "level_name",
-           "read_levels"]
+           "read_levels", "sparql_metric"]

@@ -23,7 +23,7 @@ characters) so a labelled demo shows the responder a real next message.
 **The held-out score.** The program (``None``: a fresh ``VoEResponder``) predicts at
 the held-out conversations' positions, chosen as the sets are (:func:`spread`), in the
 same context; a prediction is scored with the bench's similarity (``bench.voe.fuzzy``,
-rapidfuzz ratio / 100) and is a hit at ``bench.voe.HIT``. The headline is the mean
+rapidfuzz ratio / 100) and is a hit at ``programs.voe.HIT``. The headline is the mean
 ``similarity``: with the embedded models no prediction of ``bench voe`` has reached the
 hit line in either arm, so the share of hits (``hit_rate``, reported beside it) cannot
 rank two programs; a call that fails (a reply that would not parse) or an empty
@@ -48,15 +48,24 @@ from dspy.utils.exceptions import ContextWindowExceededError
 from memstrata.memory import Embedder, SearchWeights, Store
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.cache import JsonlCache
-from memstrata.programs.compiled import ProgramRef, load_program
+from memstrata.programs.compiled import load_program
+from memstrata.programs.compiler import (
+    CompileSets,
+    HeldoutScore,
+    Models,
+    ProgramTask,
+    Split,
+    SplitData,
+    spread,
+)
 from memstrata.programs.metrics import Metric, voe_metric
-from memstrata.programs.voe import NO_FACTS, VoEResponder, VoESettings
+from memstrata.programs.refs import ProgramRef
+from memstrata.programs.voe import HIT, NO_FACTS, VoEResponder, VoESettings
 from pydantic import BaseModel
 from tqdm import tqdm
 
 from ..locomo import LoCoMoConversation
-from ..voe import HIT, PredictionContext, fuzzy, prediction_contexts
-from .core import CompileSets, HeldoutScore, Models, ProgramTask, Split, SplitData, spread
+from ..voe import PredictionContext, fuzzy, prediction_contexts
 from .qa import LOCOMO_SPLIT, read_split
 
 PREDICTION_CHARS = 200

@@ -156,7 +156,8 @@ def _conversation(seed: int, user: int) -> tuple[dict[str, Any], list[dict[str, 
         rng.shuffle(events)
         # A changed fact's two statements are in different sessions, so order holds.
         started = start.replace(hour=rng.randint(7, 21), minute=rng.randrange(60))
-        clock, messages = started, []
+        clock = started
+        messages: list[dict[str, Any]] = []
         for event in events:
             if isinstance(event, tuple):
                 fact, part = event

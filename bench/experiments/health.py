@@ -22,13 +22,14 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
+from typing import Literal
 
 from memstrata.memory import Store, StrategyItem
 from memstrata.memory.bank import active_strategies
 
 from .records import MemoryHealth, TaskResult
 
-POLARITIES = ("success", "failure")
+POLARITIES: tuple[Literal["success", "failure"], ...] = ("success", "failure")
 """Both polarities always appear in ``by_polarity``, so an empty side reads as 0."""
 
 _PAGE = 500

@@ -9,12 +9,12 @@ from typing import Any
 import dspy
 from memstrata.memory.store import Store
 from memstrata.packers.context import Mode
+from memstrata.programs.answer_scores import score_answer
 from memstrata.programs.executors import AnswerWithTools, ExecutorRun, ExecutorSettings
 from memstrata.programs.judging import Check
 from memstrata.tools import ToolSession
 
 from ..locomo import load_locomo, read_locomo
-from ..qa_metrics import score_answer
 from .suites import Grade, Suite, SuiteTask
 
 

@@ -11,9 +11,10 @@ import dspy
 from memstrata.memory.models import StrategyItem
 from memstrata.packers.context import Mode
 from memstrata.packers.layers import LayerBudgets, derived_constraints
-from memstrata.programs.compiled import ProgramRef
+from memstrata.programs.compiled import register_program
 from memstrata.programs.executors import Executor, ExecutorRun, ExecutorSettings
 from memstrata.programs.judging import Check
+from memstrata.programs.refs import ProgramRef
 from memstrata.tools import Binding, ToolSession
 from pydantic import StringConstraints
 
@@ -112,6 +113,15 @@ def sparql_agent(settings: ExecutorSettings | None = None, mode: Mode = "inject"
                      context=["memory"], drop_first=True)
     agent.program_name, agent.mode = "sparql", mode  # what save_program records
     return agent
+
+
+def _rebuild_sparql_agent(options: dict[str, Any]) -> Executor:
+    # What load_program calls with the options program_options recorded.
+    return sparql_agent(ExecutorSettings.model_validate(options.get("settings", {})),
+                        mode=options.get("mode", "inject"))
+
+
+register_program("sparql", _rebuild_sparql_agent)
 
 
 def compiled_sparql_agent(path: str | Path, settings: ExecutorSettings, mode: Mode

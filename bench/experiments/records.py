@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memstrata.memory.bank import Action
-from memstrata.programs.compiled import ProgramRef
 from memstrata.programs.judging import Verdict
+from memstrata.programs.refs import ProgramRef
 from pydantic import BaseModel, Field, ValidationError
 
 

@@ -40,12 +40,12 @@ from memstrata.memory.models import StrategyItem
 from memstrata.memory.retrieval import Retriever
 from memstrata.memory.store import ITEM_PREFIX, Store, content_hash
 from memstrata.packers.context import EMPTY, BuiltContext, ContextBuilder, check_sent
-from memstrata.programs.compiled import ProgramRef
 from memstrata.programs.distill import Attempt
 from memstrata.programs.errors import ProgramParseError
 from memstrata.programs.executors import Executor, ExecutorRun, render_trajectory, run_executor
 from memstrata.programs.judging import Check, Verdict
 from memstrata.programs.lm import ModelHandle
+from memstrata.programs.refs import ProgramRef
 from memstrata.tools import ToolSession
 from memstrata.trajectories import Recorder, code_version, export_jsonl, git_commit
 from memstrata.trajectories.loop import learn

@@ -20,9 +20,9 @@ from memstrata.memory.models import StrategyItem
 from memstrata.memory.store import Store
 from memstrata.packers.context import Mode
 from memstrata.packers.layers import LayerBudgets
-from memstrata.programs.compiled import ProgramRef
 from memstrata.programs.executors import Executor, ExecutorRun, ExecutorSettings
 from memstrata.programs.judging import Check
+from memstrata.programs.refs import ProgramRef
 from memstrata.tools import ToolSession
 from pydantic import BaseModel, Field
 

@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 
-from memstrata.bench.ontology.graph import compact, load_ontology, ontology_version, prefixes
+from memstrata.bench.ontology.graph import (
+    compact,
+    load_ontology,
+    ontology_version,
+    prefixes,
+    select,
+)
 
 WELL_KNOWN = ("rdf", "rdfs", "owl", "skos", "xsd")  # named, not spelled out: LLMs know them
 # Namespaces left off the card: SHACL shape machinery (validation, not answers) and Brick's
@@ -27,7 +33,7 @@ _Q = (
 
 
 def _rows(query: str) -> list[list[str]]:
-    return [[str(cell.value) for cell in row] for row in load_ontology().query(_Q + query)]
+    return [[str(cell.value) for cell in row] for row in select(_Q + query)]
 
 
 @lru_cache(maxsize=1)

@@ -81,7 +81,7 @@ def run_probe(memory: str = "(none)", limit: int | None = None) -> dict[str, Any
     from memstrata.programs.structured import StructuredPredict
 
     predict = StructuredPredict(probe_signature(sparql_pattern(prefixes())), "grammar_probe")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for task in load_tasks()[:limit]:
         try:
             query = predict(question=task.question, memory=memory).sparql

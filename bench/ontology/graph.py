@@ -98,6 +98,18 @@ def load_ontology() -> ox.Store:
 
 
 @lru_cache(maxsize=1)
+def select(query: str) -> ox.QuerySolutions:
+    """The solutions of a SELECT ``query`` over the ontology.
+
+    Raises:
+        TypeError: ``query`` is not a SELECT query.
+    """
+    result = load_ontology().query(query)
+    if not isinstance(result, ox.QuerySolutions):
+        raise TypeError(f"not a SELECT query: {query[:80]!r}")
+    return result
+
+
 def ontology_version() -> str:
     """The loaded ontology's identity, e.g. `Brick 1.5.0 (brickschema 0.8.0)`.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from memstrata.bench.ontology.card import sense_card
-from memstrata.bench.ontology.graph import compact, load_ontology, prefixes
+from memstrata.bench.ontology.graph import compact, prefixes, select
 
 _ROOTS = ("Equipment", "Point", "Location")
 _PREFIX = ("PREFIX brick: <https://brickschema.org/schema/Brick#> "
@@ -24,7 +24,7 @@ _PREFIX = ("PREFIX brick: <https://brickschema.org/schema/Brick#> "
 
 def _column(query: str) -> list[list[str]]:
     return [[compact(str(cell.value)) if cell is not None else "" for cell in row]
-            for row in load_ontology().query(_PREFIX + query)]
+            for row in select(_PREFIX + query)]
 
 
 @lru_cache(maxsize=1)
@@ -42,7 +42,7 @@ def ontology_guide() -> str:
     lines += ["", "Relationships (inverse):",
               " ".join(f"{r}({i})" if i else r for r, i in inverses)]
     bldg = prefixes().get("bldg", "http://example.org/building#")
-    instances = load_ontology().query(
+    instances = select(
         _PREFIX + "SELECT ?x ?c ?l WHERE { ?x a ?c . OPTIONAL { ?x rdfs:label ?l } "
         f'FILTER(STRSTARTS(STR(?x), "{bldg}")) }} ORDER BY ?x ?c')
     lines += ["", "Building instances (IRI class label):"]

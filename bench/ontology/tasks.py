@@ -37,8 +37,9 @@ class Shape(StrEnum):
 
 
 #: A canonical answer: a sorted list of terms (SET), a float (NUMBER), a sorted list of
-#: rows (TABLE). Terms are `graph.Key`s: compact IRIs, quoted literals, floats.
-Answer = list[Key] | float | list[list[Key]]
+#: rows (TABLE). Terms are `graph.Key`s: compact IRIs, quoted literals, floats; a TABLE
+#: row's unbound cell is None.
+Answer = list[Key] | float | list[list[Key | None]]
 
 
 class OntologyTask(BaseModel):

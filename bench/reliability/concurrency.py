@@ -39,6 +39,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .common import Context, Scenario
@@ -553,8 +554,7 @@ class TenantActor:
                 self.kept.pop(node, None)
         elif op == "foreign":
             for node in self.registry.foreign(n, rng, 1):
-                if self._call("foreign_delete", lambda node=node: memory.delete(
-                        node, user_id=user)):
+                if self._call("foreign_delete", partial(memory.delete, node, user_id=user)):
                     self.report(kind="breach", tenant=user, call="delete",
                                 breach=f"deleted id {node} of another tenant")
                 try:
@@ -586,12 +586,11 @@ class TenantActor:
             self._check(n, "get_all", rows or [])
         elif op == "get":
             for node in self.registry.foreign(n, rng):
-                got = self._call("get", lambda node=node: memory.get(node, user_id=user))
+                got = self._call("get", partial(memory.get, node, user_id=user))
                 if got is not None:
                     self.report(kind="breach", tenant=user, call="get",
                                 breach=f"read id {node} of another tenant")
-                versions = self._call("history", lambda node=node: memory.history(
-                    node, user_id=user))
+                versions = self._call("history", partial(memory.history, node, user_id=user))
                 if versions:
                     self.report(kind="breach", tenant=user, call="history",
                                 breach=f"read the history of id {node} of another tenant")
@@ -735,7 +734,7 @@ def tenancy_under_load(ctx: Context) -> Scenario:
 def final_check(memory: Memory, kept: dict[str, tuple[int, str]], result: Scenario) -> None:
     """After the load: no row of any table stored under a tenant holds another tenant's
     marker, and every write not deleted since is there with its last text."""
-    from memstrata.memory.forget import tenant_tables
+    from memstrata.memory.store.forget import tenant_tables
 
     q = memory.store.conn.execute
     for table in tenant_tables(memory.store):

@@ -58,7 +58,7 @@ import sys
 import time
 import traceback
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -407,8 +407,8 @@ def index_problems(store: Store, embedder: Embedder | None) -> list[tuple[str, d
     return problems
 
 
-def _compare_fts(bad: Callable[..., None], node: str, want: dict[int, tuple[str, ...]],
-                 have: dict[int, tuple[str, ...]], ids: dict[int, str]) -> None:
+def _compare_fts(bad: Callable[..., None], node: str, want: Mapping[int, tuple[str, ...]],
+                 have: Mapping[int, tuple[str, ...]], ids: dict[int, str]) -> None:
     for rowid in want.keys() - have.keys():
         bad(f"{node} without its FTS row", id=ids[rowid])
     for rowid in have.keys() - want.keys():
@@ -819,9 +819,11 @@ def schema_at(version: int) -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(":memory:")
     applied_versions(conn)
     for v, _, sql in MIGRATIONS:
-        if v <= version and callable(sql):
+        if v > version:
+            continue
+        if callable(sql):
             sql(conn)  # a data step on an empty database: the schema is unchanged
-        elif v <= version:
+        else:
             for statement in filter(str.strip, sql.split(";")):
                 conn.execute(statement)
     try:
@@ -860,8 +862,11 @@ def downgrade(path: Path, version: int) -> None:
     conn.execute("BEGIN")
     drops = {8: ["versions"], 7: ["turns_instances", "items_instances"],
              5: ["turns_vocab", "items_vocab"], 4: ["run_steps", "runs", "blobs", "events"],
-             3: ["embeddings"], 2: ["item_tags", "items_fts", "items", "edges"]}
-    for v in range(10, version, -1):
+             3: ["embeddings"], 2: ["item_tags", "items_fts", "items", "edges"],
+             11: ["jobs"], 12: ["api_keys"]}
+    from memstrata.memory.schema import LATEST_VERSION
+
+    for v in range(LATEST_VERSION, version, -1):
         if v == 6:
             for table, fts, columns in (("turns", "turns_fts", ("body", "context")),
                                         ("items", "items_fts", ("body",))):

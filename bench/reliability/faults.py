@@ -47,6 +47,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -157,10 +158,10 @@ def _fill_api(result: Scenario, path: Path, rng: random.Random, tally: Counter[s
             text = f"write {n} " + " ".join(f"w{rng.randrange(10**6)}" for _ in range(60))
             how = rng.choice(["add", "add", "item", "blob", "tool"])
             writes: dict[str, Callable[[], Any]] = {
-                "add": lambda t=text: memory.add(t, user_id=USER, infer=False),
-                "item": lambda t=text: store.add(FactItem(user_id=USER, text=t)),
-                "blob": lambda t=text, k=f"b{n}": store.blobs.put(USER, k, t * 20),
-                "tool": lambda t=text: tools["mem_add"](t[:1500]),
+                "add": partial(memory.add, text, user_id=USER, infer=False),
+                "item": partial(store.add, FactItem(user_id=USER, text=text)),
+                "blob": partial(store.blobs.put, USER, f"b{n}", text * 20),
+                "tool": partial(tools["mem_add"], text[:1500]),
             }
             outcome = call_capped(writes[how], CAP_S)
             if outcome.error is not None or outcome.timed_out:
@@ -353,7 +354,7 @@ def read_only_trial(path: Path, committed: dict[str, str], out: Path, real: bool
 
     found: list[dict[str, Any]] = []
 
-    def note(verdict: tuple[str, str, str] | None, call: str) -> None:
+    def note(verdict: tuple[str | None, str, str] | None, call: str) -> None:
         if verdict is not None:
             found.append({"counter": verdict[0], "what": verdict[1], "detail": verdict[2],
                           "call": call})
@@ -367,7 +368,7 @@ def read_only_trial(path: Path, committed: dict[str, str], out: Path, real: bool
     if opened.error is None and not opened.timed_out:
         memory = opened.value
         for i, text in committed.items():
-            got = call_capped(lambda i=i: memory.get(i, user_id=USER), CAP_S)
+            got = call_capped(partial(memory.get, i, user_id=USER), CAP_S)
             note(judge_api_error(got), "Memory.get")
             if got.error is None and (got.value or {}).get("text") != text:
                 note(("lost_writes", "committed row unreadable on a read-only store", i),
@@ -444,19 +445,20 @@ def read_only(ctx: Context) -> Scenario:
         if ctx.expired():
             result.stopped_early = True
             break
-        cases, holders = [], []
-        for case in READ_ONLY_CASES:
-            folder = ctx.work / f"{case}{r}"
+        cases: list[dict[str, Any]] = []
+        holders: list[sqlite3.Connection] = []
+        for fault in READ_ONLY_CASES:
+            folder = ctx.work / f"{fault}{r}"
             folder.mkdir()
             db = folder / "store.db"
             committed = _seed(db, rng.randint(3, 10), rng)
-            if case == "file_hot_wal":  # a reader holds it: -wal and -shm stay beside it
+            if fault == "file_hot_wal":  # a reader holds it: -wal and -shm stay beside it
                 holder = sqlite3.connect(db)
                 holder.execute("SELECT count(*) FROM turns").fetchone()
                 holders.append(holder)
-            _make_read_only(folder, db, case)
+            _make_read_only(folder, db, fault)
             # One case a round also runs the console command as its own process.
-            cases.append({"name": f"{case}{r}", "db": str(db), "committed": committed,
+            cases.append({"name": f"{fault}{r}", "db": str(db), "committed": committed,
                           "folder": folder, "real": len(cases) == r % len(READ_ONLY_CASES)})
         spec = {"out": str(ctx.work / "out"),
                 "cases": [{k: v for k, v in c.items() if k != "folder"} for c in cases]}
@@ -550,7 +552,7 @@ def corrupt_trial(result: Scenario, path: Path, committed: dict[str, str], how: 
     else:
         memory = opened.value
         for i, text in committed.items():
-            got = call_capped(lambda i=i: memory.get(i, user_id=USER), CAP_S)
+            got = call_capped(partial(memory.get, i, user_id=USER), CAP_S)
             if _fail(result, judge_api_error(got), db=path.name, how=how, hit=hit,
                      call="get"):
                 continue

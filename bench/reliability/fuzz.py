@@ -37,6 +37,7 @@ import traceback
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ MAX_CLI_OUTPUT = 20 * 2**20
 class Tenants:
     """What the fuzzer knows of the seeded store: alice's handles and bob's secrets."""
 
-    path: Path
+    path: Path | str  # a file, or a PostgreSQL URL
     marker: str
     alice_ids: list[str] = field(default_factory=list)
     bob_ids: list[str] = field(default_factory=list)
@@ -86,8 +87,9 @@ _LIFE = [
 ]
 
 
-def seed_tenants(path: Path, seed: int) -> Tenants:
-    """Write alice's and bob's conversations, items, blobs and events into ``path``."""
+def seed_tenants(path: Path | str, seed: int) -> Tenants:
+    """Write alice's and bob's conversations, items, blobs and events into ``path`` (a
+    file, or a PostgreSQL URL)."""
     from memstrata.memory import FactItem, StrategyItem
 
     from memstrata import Memory
@@ -336,7 +338,7 @@ def judge_cli(outcome: Outcome, out: str, err: str, *, secrets: list[str],
         return "crashes", "uncaught exception", _where(error)
     if "Traceback (most recent call last)" in err:
         return "crashes", "traceback on stderr", err.strip().splitlines()[-1][:200]
-    code = outcome.value if error is None else error.code  # type: ignore[union-attr]
+    code = outcome.value if error is None else error.code
     if isinstance(code, str):  # SystemExit("memstrata: ...") prints it and exits 1
         err, code = err + code + "\n", 1
     if len(out) + len(err) > MAX_CLI_OUTPUT:
@@ -551,9 +553,10 @@ def _memory_bound(result: Scenario, tally: Tally) -> None:
 
 
 def _tenant_checks(result: Scenario, tenants: Tenants, before: list[Any]) -> None:
-    if snapshot(tenants.path, BOB) != before:
+    path = Path(tenants.path)  # a file: the fuzzer seeds SQLite
+    if snapshot(path, BOB) != before:
         result.fail("breaches", "another tenant's rows changed", tenant=BOB)
-    check = integrity(tenants.path)
+    check = integrity(path)
     if check != "ok":
         result.fail("integrity_failures", "integrity check failed", detail=check)
 
@@ -618,7 +621,7 @@ def _draw_call(data: Any, s: dict[str, Any], fn: Callable[..., Any]
 def _setup(ctx: Context) -> tuple[Tenants, list[Any], list[Path], dict[str, Any], Tally]:
     """Two seeded tenants, Bob's rows before, hostile input files, strategies, a tally."""
     tenants = seed_tenants(ctx.work / "fuzz.db", ctx.seed)
-    before = snapshot(tenants.path, BOB)
+    before = snapshot(ctx.work / "fuzz.db", BOB)
     (ctx.work / "out").mkdir(exist_ok=True)
     files = hostile_files(ctx.work / "in")
     return tenants, before, files, _strategies(tenants, ctx.work), Tally()
@@ -901,14 +904,27 @@ def captured(stdin: str = "") -> Iterator[tuple[io.TextIOWrapper, io.TextIOWrapp
 def read_back(stream: io.TextIOWrapper) -> str:
     """What was written to a :func:`captured` stream."""
     stream.flush()
-    return stream.buffer.getvalue().decode("utf-8", "replace")  # type: ignore[attr-defined]
+    buffer = stream.buffer
+    assert isinstance(buffer, io.BytesIO)  # what captured() wraps
+    return buffer.getvalue().decode("utf-8", "replace")
+
+
+def cli_main() -> Callable[[list[str] | None], int]:
+    """The installed ``memstrata`` console command's function (``memstrata.cli.main``).
+
+    The harness drives the command as a user runs it, through its published entry point:
+    the command is what is under test, not a library the harness builds on (the command
+    runs this harness: ``memstrata bench reliability``).
+    """
+    (script,) = metadata.entry_points(group="console_scripts", name="memstrata")
+    main: Callable[[list[str] | None], int] = script.load()
+    return main
 
 
 def run_cli(argv: list[str], stdin: str = "", cap_s: float = CLI_CAP_S
             ) -> tuple[Outcome, str, str]:
     """``memstrata.cli.main(argv)`` in this process: its outcome, stdout and stderr."""
-    from memstrata.cli import main
-
+    main = cli_main()
     with captured(stdin) as (out, err):
         outcome = call_capped(lambda: main(argv), cap_s)
     return outcome, read_back(out), read_back(err)

@@ -110,7 +110,7 @@ def backend_parity(ctx: Context) -> Scenario:
         url = pg.new_database()
         # seed_tenants writes through Memory.open, which takes a URL as well as a path.
         lite = seed_tenants(ctx.work / "parity.db", ctx.seed)
-        other = seed_tenants(url, ctx.seed)  # type: ignore[arg-type]
+        other = seed_tenants(url, ctx.seed)
         ids = dict(zip([*lite.alice_ids, *lite.bob_ids], [*other.alice_ids, *other.bob_ids],
                        strict=True))
         out_lite, out_pg = ctx.work / "out", ctx.work / "out_pg"

@@ -149,13 +149,13 @@ def scan(root: Path, secrets: list[Secret]) -> dict[Secret, list[tuple[str, str]
         if proc.returncode in (0, 1):
             for line in proc.stdout.split(b"\n"):
                 if b"\0" in line:
-                    path, text = line.split(b"\0", 1)
-                    matched = text.decode(errors="replace")
+                    found_in, found = line.split(b"\0", 1)
+                    matched = found.decode(errors="replace")
                     # grep prints the leftmost-longest match; a shorter form inside it
                     # (a fragment inside the whole secret) is the same secret.
                     for pattern in wanted:
                         if pattern in matched:
-                            note(path.decode(errors="replace"), pattern)
+                            note(found_in.decode(errors="replace"), pattern)
             return hits
     for path in (p for p in root.rglob("*") if p.is_file()):
         data = path.read_bytes()
@@ -381,7 +381,9 @@ def exports(bench: Bench, out: Path) -> None:
     export``/``show``/``list`` (their output kept in files), ``Memory.export``."""
     from memstrata.trajectories import export_jsonl
 
-    from memstrata.cli import main
+    from .fuzz import cli_main
+
+    main = cli_main()
 
     out.mkdir(parents=True, exist_ok=True)
     export_jsonl(bench.store, out / "runs.jsonl")

@@ -14,7 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..models import utcnow
-from ..store import Store
+from ..store.protocol import MemoryStore
 from ..text import tokens
 
 Clock = Callable[[], datetime]
@@ -43,7 +43,7 @@ class CognitiveSettings(BaseModel):
 class Lifecycle:
     """Base of the per-type classes: one store, one tenant, settings and a clock."""
 
-    def __init__(self, store: Store, user_id: str, *,
+    def __init__(self, store: MemoryStore, user_id: str, *,
                  settings: CognitiveSettings | None = None, clock: Clock = utcnow) -> None:
         if not user_id or not user_id.strip():
             raise ValueError("a lifecycle needs a tenant (user_id)")

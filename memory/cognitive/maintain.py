@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
-    from .memory import CognitiveMemory
+    from .mind import Mind
 
 
 class MaintenanceReport(BaseModel):
@@ -31,7 +31,7 @@ class MaintenanceReport(BaseModel):
     llm_calls: int = 0
 
 
-def maintain(mind: CognitiveMemory, summarise: Callable[[list[str]], str] | None = None,
+def maintain(mind: Mind, summarise: Callable[[list[str]], str] | None = None,
              *, force: bool = False) -> MaintenanceReport:
     """Run the due lifecycle work for ``mind``'s tenant.
 

@@ -22,22 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import date, datetime
 
-from ..models import ProspectiveItem, utcnow
-from ..store import Store
-from .base import Clock, CognitiveSettings
-from .episodic import Episodic
 from .maintain import MaintenanceReport, maintain
-from .procedural import Procedural
-from .prospective import Prospective
+from .mind import Mind
 from .reading import ReadReport, read_document
 from .recall import Recalled, recall
-from .semantic import Semantic
-from .sensory import Sensory
-from .working import Working
 
 
-class CognitiveMemory:
-    """The six cognitive memory types of one tenant over one store.
+class CognitiveMemory(Mind):
+    """The six cognitive memory types of one tenant over one store (a :class:`Mind`),
+    with the paths that run through several of them.
 
     Args:
         store: the store (its embedder, if any, serves ``recall``'s dense channel).
@@ -45,32 +38,6 @@ class CognitiveMemory:
         settings: TTL, capacity, batch size and similarity threshold.
         clock: the time source (tests pass a fake one).
     """
-
-    def __init__(self, store: Store, user_id: str, *,
-                 settings: CognitiveSettings | None = None, clock: Clock = utcnow) -> None:
-        self.store = store
-        self.user_id = user_id
-        self.settings = settings or CognitiveSettings()
-        self.clock = clock
-        common = {"settings": self.settings, "clock": clock}
-        self.sensory = Sensory(store, user_id, **common)
-        self.working = Working(store, user_id, **common)
-        self.episodic = Episodic(store, user_id, **common)
-        self.semantic = Semantic(store, user_id, **common)
-        self.procedural = Procedural(store, user_id, **common)
-        self.prospective = Prospective(store, user_id, **common)
-
-    def perceive(self, text: str, *, task_id: str | None = None) -> list[ProspectiveItem]:
-        """Check new input against pending intentions (no LLM); the triggered ones are
-        returned and, with a ``task_id``, surfaced in that task's working memory as
-        ``context`` slots (higher priority, higher relevance)."""
-        fired = self.prospective.check(text)
-        if task_id:
-            for item in fired:
-                relevance = min(1.0, 0.6 + 0.1 * max(0, item.priority))
-                self.working.push(task_id, "context",
-                                  f"Reminder: {item.action or item.text}", relevance=relevance)
-        return fired
 
     def read(self, text: str, *, title: str = "", source: str = "",
              when: date | datetime | None = None) -> ReadReport:

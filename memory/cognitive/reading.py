@@ -24,7 +24,7 @@ from ..text import SENTENCE_END
 from .procedural import parse_prerequisites, parse_steps
 
 if TYPE_CHECKING:
-    from .memory import CognitiveMemory
+    from .mind import Mind
 
 _STEP_LINE = re.compile(r"^\s*(?:step\s+)?\d{1,2}\s*[.):]\s", re.IGNORECASE)
 MAX_SENTENCE_CHARS = 600
@@ -58,7 +58,7 @@ def _when(value: date | datetime | None) -> datetime | None:
     return datetime.combine(value, time(), tzinfo=UTC)
 
 
-def read_document(mind: CognitiveMemory, text: str, *, title: str = "", source: str = "",
+def read_document(mind: Mind, text: str, *, title: str = "", source: str = "",
                   when: date | datetime | None = None) -> ReadReport:
     """Take ``text`` in through every memory type it concerns; see the module docstring.
 

@@ -21,7 +21,7 @@ from ..store import Filters
 from .base import CONTRADICTS, DERIVES_FROM, PROCEDURE_DERIVES_FROM, SIMILAR_TO
 
 if TYPE_CHECKING:
-    from .memory import CognitiveMemory
+    from .mind import Mind
 
 LONG_TERM: tuple[str, ...] = ("semantic", "procedural", "episodic", "consolidated")
 MAX_NODES = 30  # the seed's cap on one recall, hops included
@@ -52,7 +52,7 @@ class Recalled(BaseModel):
     conflicts: list[Conflict] = Field(default_factory=list)
 
 
-def recall(mind: CognitiveMemory, query: str, *, k: int = 10, hops: int = 0,
+def recall(mind: Mind, query: str, *, k: int = 10, hops: int = 0,
            include_tasks: bool = False) -> list[Recalled]:
     """The best long-term memories of ``mind``'s tenant for ``query``.
 
@@ -99,7 +99,7 @@ def recall(mind: CognitiveMemory, query: str, *, k: int = 10, hops: int = 0,
     return out
 
 
-def _conflicts(mind: CognitiveMemory, ids: list[str]) -> dict[str, list[Conflict]]:
+def _conflicts(mind: Mind, ids: list[str]) -> dict[str, list[Conflict]]:
     """Each id's contradictions, either direction (``contradicts`` runs newer -> older)."""
     found: dict[str, list[Conflict]] = {}
     for item_id in ids:
@@ -114,7 +114,7 @@ def _conflicts(mind: CognitiveMemory, ids: list[str]) -> dict[str, list[Conflict
     return found
 
 
-def _documents(mind: CognitiveMemory, ids: list[str]) -> dict[str, str]:
+def _documents(mind: Mind, ids: list[str]) -> dict[str, str]:
     """Each fact's or procedure's source document title (its episode's title)."""
     episode_of: dict[str, str] = {}
     for item_id in ids:
@@ -141,7 +141,7 @@ def _recalled(item: Item, score: float, via: str, conflicts: list[Conflict],
                     conflicts=list(unique.values()))
 
 
-def _count_use(mind: CognitiveMemory, procedures: list[Item]) -> None:
+def _count_use(mind: Mind, procedures: list[Item]) -> None:
     for proc in procedures:
         if isinstance(proc, ProceduralItem):
             mind.store.update(mind.user_id, proc.id, usage_count=proc.usage_count + 1)

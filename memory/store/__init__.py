@@ -64,6 +64,7 @@ it."""
 
 from __future__ import annotations
 
+from ..models import Item, Turn
 from . import versions as versionsmod
 from .conversations import ConversationStore
 from .edges import EdgeStore
@@ -108,6 +109,7 @@ class Store(ConversationStore, KindQueries, EdgeStore, LexicalSearch, FilterQuer
     def history(self, user_id: str, node_id: str) -> list[Version]:
         """Every version of a turn or item of this tenant, oldest first, the current last
         (empty when there is no such node)."""
+        node: Turn | Item | None
         with self._lock:
             if node_type(node_id) == "turn":
                 row = self.conn.execute(

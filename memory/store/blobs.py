@@ -4,8 +4,7 @@ A blob is one tenant's text under a key (a conversation, a document, a result se
 tools hand an agent a ``BlobRef(key, n)``; the text itself stays here and only bounded
 slices of it ever leave.
 
-Part of the store (moved here from ``memory/blobs.py``, which re-exports its names):
-``store.blobs`` is a ``Blobs`` over the store. Its queries: ``put`` (an upsert on
+Part of the store: ``store.blobs`` is a ``Blobs`` over the store. Its queries: ``put`` (an upsert on
 ``(user_id, key)``), ``info``, ``text`` (memoised by the store's ``_cached``), ``keys``,
 ``export`` (every blob of a tenant, for ``formats/dump.py``) and ``delete``; every one
 filters by tenant.
@@ -21,16 +20,32 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, Field
 
-from ..locking import stored_json
+from ..locking import LockedConnection, stored_json
 from ..models import UTCDateTime, utcnow
 
-if TYPE_CHECKING:
-    from .connection import StoreConnection as Store
+T = TypeVar("T")
+
+
+class TablesHost(Protocol):
+    """What the tables' shared methods use of their store, whichever the backend."""
+
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+    def _cached(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T: ...
+
+
+class SQLiteHost(TablesHost, Protocol):
+    """What the SQLite hooks use of the SQLite store (``StoreConnection``)."""
+
+    conn: LockedConnection
+
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]: ...
 
 
 class BlobInfo(BaseModel):
@@ -57,22 +72,33 @@ class StoreTables:
     row-level security tenant from it. Writes call the hooks inside ``store.transaction()``.
     """
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: TablesHost) -> None:
+        self._host = store
+
+    @property
+    def store(self) -> TablesHost:
+        """The store these tables are part of."""
+        return self._host
+
+    @property
+    def _sqlite(self) -> SQLiteHost:
+        """The store, as the SQLite one these hooks run on (another backend's subclass
+        overrides every hook that reads it)."""
+        return cast(SQLiteHost, self.store)
 
     def _select(self, user_id: str | None, query: str, args: Sequence[Any] = ()
                 ) -> list[dict[str, Any]]:
         """The rows of a query, as dicts."""
-        return self.store._q(query, args)
+        return self._sqlite._q(query, args)
 
     def _change(self, user_id: str | None, query: str, args: Sequence[Any] = ()) -> int:
         """Run one write; the rows it changed."""
-        return int(self.store.conn.execute(query, args).rowcount)
+        return int(self._sqlite.conn.execute(query, args).rowcount)
 
     def _change_many(self, user_id: str | None, query: str, rows: Sequence[Sequence[Any]]
                      ) -> None:
         """Run one write for each of ``rows``."""
-        self.store.conn.executemany(query, rows)
+        self._sqlite.conn.executemany(query, rows)
 
     def _json(self, value: Any) -> Any:
         """A JSON column's value as written (SQLite: the JSON text)."""

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import Any, Literal, Self
 
 import sqlite_utils
 
@@ -44,12 +44,12 @@ from ..locking import (
 from ..runs import Runs
 from ..schema import LATEST_VERSION, altered_tables, migrate
 from .blobs import Blobs
+from .jobs import Jobs
+from .kept_vectors import KeptVectors
+from .keys import Keys
 from .postings import INDEXES, Postings, RowLengths, Scored
 from .rows import Facets, Ref
 from .shared import MISS, DenseMemo, EmbedderSetting, VersionedCache
-
-if TYPE_CHECKING:  # vectors.py builds on this module
-    from .vectors import KeptVectors
 
 
 @contextmanager
@@ -210,6 +210,16 @@ class StoreConnection(EmbedderSetting):
     def runs(self) -> Runs:
         """Run records and the event log (see ``runs.py``)."""
         return Runs(self)
+
+    @property
+    def jobs(self) -> Jobs:
+        """The durable queue of background jobs (see ``jobs.py``)."""
+        return Jobs(self)
+
+    @property
+    def keys(self) -> Keys:
+        """API keys, stored hashed (see ``keys.py``)."""
+        return Keys(self)
 
     def state_pointer(self, user_id: str) -> dict[str, Any]:
         """Where this tenant's data stood: enough to tell later whether a run's inputs

@@ -33,7 +33,7 @@ class ConversationStore(VectorStore):
     def add_conversation(self, conv: Conversation) -> None:
         """Insert or replace a conversation's header row."""
         with self.transaction():
-            self.db["conversations"].upsert(
+            self.db.table("conversations").upsert(
                 {
                     "id": conv.id, "user_id": conv.user_id, "agent_id": conv.agent_id,
                     "title": conv.title, "speakers": json.dumps(conv.speakers),
@@ -95,7 +95,7 @@ class ConversationStore(VectorStore):
     def add_session(self, session: Session) -> None:
         """Insert or replace a session row."""
         with self.transaction():
-            self.db["sessions"].upsert(
+            self.db.table("sessions").upsert(
                 {
                     "id": session.id, "user_id": session.user_id,
                     "conversation_id": session.conversation_id, "idx": session.index,
@@ -151,7 +151,8 @@ class ConversationStore(VectorStore):
         those after ``after_seq`` in their conversation; ``newest``: last recorded first."""
         # With ids, "+user_id" keeps the planner on the unique id index (see nodes()).
         tenant = "user_id" if ids is None else "+user_id"
-        sql, args = f"SELECT * FROM turns WHERE {tenant} = ?", [user_id]
+        sql = f"SELECT * FROM turns WHERE {tenant} = ?"
+        args: list[Any] = [user_id]
         if conversation_id is not None:
             sql += " AND conversation_id = ?"
             args.append(conversation_id)

@@ -20,7 +20,7 @@ it, the old copy left behind) and in kept versions; each of those is deleted wit
 and the scrub removes what the file still held of them. Its cost is ``VACUUM``'s: the
 whole file is rewritten (about a second per 100 MB), under the store's lock.
 
-Part of the store (moved here from ``memory/forget.py``, which re-exports its names);
+Part of the store;
 ``Store.forget_user`` calls it. SQLite-specific throughout: ``sqlite_master`` and ``PRAGMA
 table_info`` to find the tenant tables (PostgreSQL: ``information_schema.columns``), the
 FTS5 rows by rowid and FTS5's ``rebuild``, ``PRAGMA secure_delete``, ``VACUUM`` and the

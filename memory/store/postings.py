@@ -26,9 +26,8 @@ SQLite-specific, all of it: the posting-list reader of the SQLite backend's lexi
 channel (``lexical.py``). Its queries read FTS5's own tables (the ``%_data`` averages
 record, ``%_docsize`` row lengths and the ``fts5vocab`` instance table), decoding FTS5's
 record format, and each indexed row's ``user_id`` from the table it indexes. It lives in
-the store package because it is store access that only ``LexicalSearch`` reaches;
-``memstrata.memory.postings`` re-exports it. A PostgreSQL backend has no counterpart (its
-ranking runs in the database).
+the store package because it is store access that only ``LexicalSearch`` reaches. A
+PostgreSQL backend has no counterpart (its ranking runs in the database).
 """
 
 from __future__ import annotations
@@ -43,7 +42,10 @@ from typing import Any
 import numpy as np
 
 from .. import text as textmod
-from ..locking import StoreError, stored_value
+from ..locking import LockedConnection, StoreError, stored_value
+
+Conn = sqlite3.Connection | LockedConnection
+"""What the readers here take: a connection, the store's locked one or a plain one."""
 
 K1 = 1.2  # FTS5's bm25 constants
 B = 0.75
@@ -64,7 +66,7 @@ def _varints(blob: bytes) -> list[int]:
     return out
 
 
-def averages(conn: sqlite3.Connection, fts: str) -> tuple[int, int]:
+def averages(conn: Conn, fts: str) -> tuple[int, int]:
     """``(rows, tokens)`` of an FTS5 index: its row count and its tokens over all columns."""
     row = conn.execute(f"SELECT block FROM {fts}_data WHERE id = ?", (_AVERAGES_ROWID,)
                        ).fetchone()
@@ -139,7 +141,7 @@ class RowLengths:
         return TenantStats(rows, tokens / rows, idf_shift) if rows else None
 
     @classmethod
-    def of_tenant(cls, conn: sqlite3.Connection, fts: str, columns: int, table: str,
+    def of_tenant(cls, conn: Conn, fts: str, columns: int, table: str,
                   user_id: str) -> RowLengths:
         """A cache of one tenant's rows only, read now (for a read inside a write
         transaction, whose uncommitted rows the shared cache must not keep)."""
@@ -148,7 +150,7 @@ class RowLengths:
                     [user_id])
         return cache
 
-    def sync(self, conn: sqlite3.Connection, touched: set[int], foreign: bool) -> None:
+    def sync(self, conn: Conn, touched: set[int], foreign: bool) -> None:
         """Bring the cache up to date with the index (see the class docstring)."""
         rows, tokens = averages(conn, self.fts)
         if foreign:
@@ -169,7 +171,7 @@ class RowLengths:
         if self.rows != rows or self.tokens != tokens:
             self._read_all(conn)
 
-    def _read_all(self, conn: sqlite3.Connection) -> None:
+    def _read_all(self, conn: Conn) -> None:
         self.lengths = np.full(0, -1, np.int64)
         self.owner = np.full(0, -1, np.int64)
         self.rows = self.tokens = self.last = 0
@@ -177,7 +179,7 @@ class RowLengths:
         self._tenant_tokens[:] = 0
         self._load(conn, "1", [])
 
-    def _load(self, conn: sqlite3.Connection, where: str, args: list[Any]) -> None:
+    def _load(self, conn: Conn, where: str, args: list[Any]) -> None:
         """Read the rows ``where`` selects (``{id}`` stands for the rowid column)."""
         rows = conn.execute(f"SELECT id, sz FROM {self.fts}_docsize WHERE "
                             + where.format(id="id"), args).fetchall()
@@ -285,7 +287,7 @@ class Postings:
         self._before: dict[str, dict[int, tuple[str, ...] | None]] = {}
         self._overflow: set[str] = set()
 
-    def before_change(self, conn: sqlite3.Connection, index: FtsIndex,
+    def before_change(self, conn: Conn, index: FtsIndex,
                       rowids: Sequence[int] | set[int]) -> None:
         """Note rows of ``index`` this process is about to rewrite or delete (call it
         before the statement): their text now is what the kept lists hold of them."""
@@ -316,7 +318,7 @@ class Postings:
             return []
         return new
 
-    def get(self, conn: sqlite3.Connection, version: Any, index: FtsIndex,
+    def get(self, conn: Conn, version: Any, index: FtsIndex,
             lengths: RowLengths, terms: Sequence[str], weights: Mapping[str, float]
             ) -> list[tuple[np.ndarray, np.ndarray]]:
         """``(rows, counts)`` of each of ``terms`` in the columns ``weights`` names
@@ -329,7 +331,7 @@ class Postings:
             self._follow(conn, version, index, lengths, at)
         return [self._get(conn, index, term, weights) for term in terms]
 
-    def _get(self, conn: sqlite3.Connection, index: FtsIndex, term: str,
+    def _get(self, conn: Conn, index: FtsIndex, term: str,
              weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         key = (index.instances, term, tuple(weights.items()))
         hit = self._lists.get(key)
@@ -345,7 +347,7 @@ class Postings:
             self._pop(next(iter(self._lists)))
         return found
 
-    def _follow(self, conn: sqlite3.Connection, version: Any, index: FtsIndex,
+    def _follow(self, conn: Conn, version: Any, index: FtsIndex,
                 lengths: RowLengths, at: tuple[Any, int] | None) -> None:
         """Bring the kept lists of ``index`` from ``at`` to ``version``, or drop them when
         another process committed, too many rows changed, the index's row count is not
@@ -422,7 +424,7 @@ class Postings:
             self._pop(key)
 
 
-def _texts(conn: sqlite3.Connection, index: FtsIndex, rowids: Sequence[int]
+def _texts(conn: Conn, index: FtsIndex, rowids: Sequence[int]
            ) -> dict[int, tuple[str, ...]]:
     """The searchable columns' text of those of ``rowids`` that ``index`` holds."""
     columns = ", ".join(index.columns)
@@ -465,7 +467,7 @@ def _sizes_agree(lengths: RowLengths, terms: Mapping[int, list[Counter[str]]]) -
         sum(c.values()) for c in counters) for r, counters in terms.items())
 
 
-def read_postings(conn: sqlite3.Connection, instances: str, term: str,
+def read_postings(conn: Conn, instances: str, term: str,
                   weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
     """``(rows, counts)`` of ``term`` read from the instance table (see ``Postings.get``).
 
@@ -503,7 +505,7 @@ def read_postings(conn: sqlite3.Connection, instances: str, term: str,
     return rows, np.bincount(inverse, weights=weight[code[order]])
 
 
-def _read_grouped(conn: sqlite3.Connection, instances: str, term: str,
+def _read_grouped(conn: Conn, instances: str, term: str,
                   weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
     """:func:`read_postings` for rowids too large to pack with their column (past 2**61)."""
     found = [(np.array(joined.split(","), np.int64), weights[col]) for col, joined in

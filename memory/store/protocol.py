@@ -16,7 +16,8 @@ into the parts a backend brings in one piece:
 - ``SearchStore``: what ``memory/retrieval.py`` and ``memory/expand.py`` read to search
   (refs and facets, filters, the lexical channel, the tag channel, vectors and the dense
   channel, read snapshots and the data version).
-- ``AuxStore``: ``blobs`` and ``runs`` (``tools/``, ``trajectories/``, ``bench/``).
+- ``AuxStore``: ``blobs`` and ``runs`` (``tools/``, ``trajectories/``, ``bench/``), and
+  ``keys`` (``memstrata/server``).
 
 The SQLite ``Store`` and the PostgreSQL ``PgStore`` (``memory/store/pg``) satisfy all
 three; ``opener.open_store`` picks one from a path or a URL.
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from ..runs import Runs
     from .blobs import Blobs
     from .filters import Filters
+    from .jobs import Jobs
+    from .keys import Keys
     from .kinds import Cond, Sort
     from .rows import Facets, Ref
     from .versions import Version
@@ -233,13 +236,19 @@ class SearchStore(Protocol):
 
 @runtime_checkable
 class AuxStore(Protocol):
-    """Blobs and run records."""
+    """Blobs, run records and API keys."""
 
     @property
     def blobs(self) -> Blobs: ...
 
     @property
     def runs(self) -> Runs: ...
+
+    @property
+    def jobs(self) -> Jobs: ...
+
+    @property
+    def keys(self) -> Keys: ...
 
 
 @runtime_checkable

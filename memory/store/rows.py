@@ -65,7 +65,7 @@ def content_hash(item: Item) -> str:
     """Exact-duplicate key: kind, speaker, subject person, scope (``Item.SCOPE``) and
     whitespace/case-folded text."""
     folded = " ".join(item.text.casefold().split())
-    parts = [item.kind, item.speaker or "", item.about or "", folded]
+    parts: list[str | list[str]] = [item.kind, item.speaker or "", item.about or "", folded]
     scope = [str(getattr(item, name) or "") for name in item.SCOPE]
     if any(scope):  # unscoped rows keep the key they always had
         parts.append(scope)

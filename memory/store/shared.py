@@ -162,7 +162,7 @@ class EmbedderSetting:
         """What every write is embedded with (None: no vectors are written)."""
         if self._embedder_spec == "default":
             self._embedder_spec = default_embedder()
-        return self._embedder_spec  # type: ignore[return-value]
+        return self._embedder_spec
 
     @embedder.setter
     def embedder(self, value: Embedder | Literal["default"] | None) -> None:

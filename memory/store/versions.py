@@ -6,7 +6,7 @@ when a newer one replaced it (``valid_to``). Record time is ours (when memstrata
 or changed the text); the node's own ``event_time`` (when the thing happened) travels in
 the snapshot, so history answers both "what did we believe on day X" and "what happened".
 
-Part of the store (moved here from ``memory/versions.py``, which re-exports its names):
+Part of the store:
 ``ItemStore.update``/``delete``, ``ConversationStore.update_turn``/``delete_turn``/
 ``delete_conversation`` and ``Store.history`` call it, and ``TenantRows`` exports and
 restores a tenant's versions through it (``rows``, ``restore``). Portable SQL but for the

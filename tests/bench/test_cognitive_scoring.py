@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memstrata.bench.cognitive.scenarios import Rule
-from memstrata.bench.cognitive.scoring import level_summary, matches, score, tokens
+from memstrata.bench.cognitive.scoring import Rule, level_summary, matches, score, tokens
 from pydantic import ValidationError
 
 

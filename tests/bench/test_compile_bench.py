@@ -12,11 +12,12 @@ from typing import Any
 
 import dspy
 import pytest
-from memstrata.bench.compile import Split, compile_sets, qa_examples, read_split
+from memstrata.bench.compile import compile_sets, qa_examples, read_split
 from memstrata.bench.locomo import load_locomo, read_locomo
 from memstrata.bench.qa import QASettings, select_questions
 from memstrata.memory import Store
 from memstrata.programs.compiled import load_program, program_hash
+from memstrata.programs.compiler import Split
 from memstrata.programs.qa import QA
 
 from memstrata.cli import main
@@ -179,7 +180,8 @@ def test_bench_locomo_refuses_an_answerer_with_other_settings(
 
 def test_an_interrupted_compile_is_recorded_with_its_calls(data: Path, tmp_path: Path,
                                                            scripted: Any) -> None:
-    from memstrata.bench.compile import BUDGETS, CompileJob, Models, QATask, compile_program
+    from memstrata.bench.compile import QATask
+    from memstrata.programs.compiler import BUDGETS, CompileJob, Models, compile_program
 
     handle = scripted(reply)
     handle.lm.engine.fail_after = 2

@@ -13,22 +13,14 @@ from typing import Any
 
 import dspy
 import pytest
-from memstrata.bench.compile import (
-    TASKS,
-    Budget,
-    CompileJob,
-    ExtractorTask,
-    Models,
-    Split,
-    compile_program,
-    read_split,
-)
+from memstrata.bench.compile import TASKS, ExtractorTask, read_split
 from memstrata.bench.compile.extractor import ShownChunk, compile_sets, select_chunks
 from memstrata.bench.locomo import LOCOMO_DATE_STYLE
 from memstrata.memory import Store
 from memstrata.memory.chunking import Chunk
 from memstrata.memory.facts import chunk_text
 from memstrata.programs.compiled import load_program, program_hash, read_program_file
+from memstrata.programs.compiler import Budget, CompileJob, Models, Split, compile_program
 from memstrata.programs.extractor import Extractor
 from memstrata.programs.metrics import extractor_metric
 
@@ -183,8 +175,8 @@ def _state(program: dspy.Module) -> dict[str, Any]:
 @pytest.mark.parametrize("optimizer", ["bootstrap", "mipro", "gepa", "simba"])
 def test_each_optimizer_compiles_the_extractor_and_the_file_round_trips(
         optimizer: str, data: Path, tmp_path: Path, scripted: Any) -> None:
-    from memstrata.bench.compile import BUDGETS
     from memstrata.programs.compiled import save_program
+    from memstrata.programs.compiler import BUDGETS
 
     if optimizer == "mipro":
         pytest.importorskip("optuna")

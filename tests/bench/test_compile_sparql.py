@@ -13,21 +13,14 @@ from typing import Any
 
 import dspy
 import pytest
-from memstrata.bench.compile import (
-    BUDGETS,
-    CompileJob,
-    Models,
-    SparqlTask,
-    Split,
-    compile_program,
-)
-from memstrata.bench.compile.core import spread
+from memstrata.bench.compile import SparqlTask
 from memstrata.bench.compile.sparql import LEVEL_SPLIT, TASK_FILE, read_levels
 from memstrata.bench.experiments.ontology_suite import sparql_agent
 from memstrata.bench.ontology import load_tasks
 from memstrata.memory import Store
 from memstrata.programs import setup_lm
 from memstrata.programs.compiled import load_program, program_hash, save_program
+from memstrata.programs.compiler import BUDGETS, CompileJob, Models, Split, compile_program, spread
 from memstrata.programs.executors import Executor, ExecutorSettings
 from memstrata.programs.qa import QA
 

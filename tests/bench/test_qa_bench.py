@@ -214,7 +214,7 @@ def test_the_bench_writes_locomo_style_and_the_library_iso(data, tmp_path, scrip
     import re
 
     import dspy
-    from memstrata.bench.qa import LOCOMO_STYLE, QASettings
+    from memstrata.bench.qa_types import LOCOMO_STYLE, QASettings
     from memstrata.memory import Store
     from memstrata.programs.answer import PersonalAnswerer
 
@@ -262,7 +262,7 @@ def test_the_bench_writes_locomo_style_and_the_library_iso(data, tmp_path, scrip
 def test_locomo_style_keeps_the_benchmark_prompt_as_it_was() -> None:
     """The bench's worked examples and field descriptions are LoCoMo-shaped, as before the
     conventions moved out of the core; the core's own are general."""
-    from memstrata.bench.qa import LOCOMO_STYLE
+    from memstrata.bench.qa_types import LOCOMO_STYLE
     from memstrata.programs.qa import AnswerStyle, answer_signature, style_demos
     from memstrata.programs.structured import CompactJSONAdapter
 

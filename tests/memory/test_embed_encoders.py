@@ -205,15 +205,16 @@ def test_a_static_model_folder_is_an_embedder(tmp_path: Path) -> None:
 
 def test_the_cli_takes_an_embedder_name(monkeypatch: pytest.MonkeyPatch) -> None:
     from memstrata import cli
+    from memstrata.cli_support import embedder_from_flag
 
     args = cli.build_parser().parse_args(["bench", "retrieval", "--embedder", "mpnet"])
     assert args.embedder == "mpnet"
     monkeypatch.setitem(embed_module.EMBEDDERS, "mpnet", lambda: "the mpnet embedder")
-    assert cli._embedder(True, "mpnet") == "the mpnet embedder"
-    assert cli._embedder(False, "mpnet") is None
-    assert isinstance(cli._embedder(True), StaticMiniLMEmbedder)
+    assert embedder_from_flag(True, "mpnet") == "the mpnet embedder"
+    assert embedder_from_flag(False, "mpnet") is None
+    assert isinstance(embedder_from_flag(True), StaticMiniLMEmbedder)
     with pytest.raises(SystemExit, match="memstrata: --embedder: unknown embedder 'bert'"):
-        cli._embedder(True, "bert")
+        embedder_from_flag(True, "bert")
     with pytest.raises(SystemExit, match="memstrata: --encoders: unknown embedder 'bert'"):
         cli.main(["bench", "retrieval", "--encoders", "static,bert", "--limit", "1"])
 

@@ -14,7 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from memstrata.memory import Conversation, FactItem, Session, Store, Turn
 from memstrata.memory import text as textmod
-from memstrata.memory.postings import (
+from memstrata.memory.store import Filters, tenant_token
+from memstrata.memory.store import postings as postings_module
+from memstrata.memory.store.postings import (
+    INDEXES,
     Postings,
     RowLengths,
     _row_totals,
@@ -22,9 +25,6 @@ from memstrata.memory.postings import (
     averages,
     read_postings,
 )
-from memstrata.memory.store import Filters, tenant_token
-from memstrata.memory.store import postings as postings_module
-from memstrata.memory.store.postings import INDEXES
 
 WORDS = ["zebra", "river", "boat", "garden", "paint", "guitar", "paris", "rome", "puppy",
          "museum", "concert", "hike", "recipe", "novel", "sunset"]

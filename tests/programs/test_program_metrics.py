@@ -6,17 +6,11 @@ from datetime import datetime
 
 import dspy
 import pytest
-from memstrata.bench.qa_metrics import missed_tokens
 from memstrata.memory.chunking import Chunk
 from memstrata.memory.facts import ExtractedFact, Extraction
 from memstrata.memory.models import Turn
-from memstrata.programs.metrics import (
-    as_score,
-    extractor_metric,
-    qa_metric,
-    sparql_metric,
-    voe_metric,
-)
+from memstrata.programs.answer_scores import missed_tokens
+from memstrata.programs.metrics import METRICS, as_score, extractor_metric, qa_metric, voe_metric
 
 MEMORIES = ("[s1:2 · Ana · 2023-05-01] I live in Oslo with my black cat\n"
             "[s1:3 · Tom · 2023-05-01] Nice, I have a dog")
@@ -114,6 +108,7 @@ def test_voe_feedback_says_hit_or_miss_and_the_missed_words() -> None:
 
 def test_sparql_feedback_gives_the_result_set_difference() -> None:
     pytest.importorskip("pyoxigraph")
+    from memstrata.bench.compile.sparql import sparql_metric
     from memstrata.bench.ontology import load_tasks
     from memstrata.bench.ontology.tasks import Shape
 
@@ -126,3 +121,9 @@ def test_sparql_feedback_gives_the_result_set_difference() -> None:
     limited = task.gold_sparql.rstrip() + "\nLIMIT 1"
     partial = sparql_metric(gold, dspy.Prediction(answer=limited))
     assert 0 < partial.score < 1 and "Missing from the result" in partial.feedback
+
+
+def test_every_program_the_library_rebuilds_has_its_metric() -> None:
+    from memstrata.programs.compiled import BUILDERS
+
+    assert set(METRICS) == set(BUILDERS)

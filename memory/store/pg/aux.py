@@ -1,4 +1,5 @@
-"""Blobs and run records on PostgreSQL: ``store.blobs`` and ``store.runs``.
+"""Blobs, run records and API keys on PostgreSQL: ``store.blobs``, ``store.runs`` and
+``store.keys`` (``keys.py``).
 
 Holds ``PgAux`` (the ``AuxStore`` part: the ``blobs`` and ``runs`` properties), ``PgBlobs``
 and ``PgRuns``. These are the SQLite store's ``Blobs`` (``memory/store/blobs.py``) and
@@ -30,41 +31,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
 from ...runs import RunRecord, Runs
 from ..blobs import Blobs
+from ..jobs import Jobs
+from ..keys import Keys
 from .connection import PgConnection
-
-
-def _pg(query: str) -> str:
-    """The shared SQL with PostgreSQL's placeholders (none of it holds a literal ``?``
-    or ``%``)."""
-    return query.replace("?", "%s")
-
-
-class _PgTables:
-    """``StoreTables``' hooks over the PostgreSQL store (see the module)."""
-
-    def __init__(self, store: PgConnection) -> None:
-        self.store = store
-
-    def _select(self, user_id: str | None, query: str, args: Sequence[Any] = ()
-                ) -> list[dict[str, Any]]:
-        return self.store._q(user_id, _pg(query), args)
-
-    def _change(self, user_id: str | None, query: str, args: Sequence[Any] = ()) -> int:
-        return self.store._exec(user_id, _pg(query), args)
-
-    def _change_many(self, user_id: str | None, query: str, rows: Sequence[Sequence[Any]]
-                     ) -> None:
-        self.store._many(user_id, _pg(query), rows)
-
-    def _json(self, value: Any) -> Any:
-        return Jsonb(value)
-
-    def _parsed(self, stored: Any) -> Any:
-        return stored  # psycopg parses jsonb
+from .jobs import PgJobs
+from .keys import PgKeys
+from .tables import _pg, _PgTables
 
 
 class PgBlobs(_PgTables, Blobs):
@@ -128,3 +102,13 @@ class PgAux(PgConnection):
     def runs(self) -> Runs:
         """Run records and the event log (see ``memory/runs.py``)."""
         return PgRuns(self)
+
+    @property
+    def jobs(self) -> Jobs:
+        """The durable queue of background jobs (see ``pg/jobs.py``)."""
+        return PgJobs(self)
+
+    @property
+    def keys(self) -> Keys:
+        """API keys, stored hashed (see ``memory/store/keys.py``)."""
+        return PgKeys(self)

@@ -34,9 +34,9 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from ...embed import Embedder
 from ...extras import require
@@ -88,6 +88,11 @@ class PgConnection(EmbedderSetting):
     """Connections, transactions, the tenant setting and the write lock (see the module)."""
 
     DEFAULT_ROLE = "memstrata_app"
+
+    if TYPE_CHECKING:
+        # The search part's cache (``search.py``), which every store combines with this.
+        def _cached(self, key: tuple[Any, ...], compute: Callable[[], Any], *,
+                    fits: Callable[[Any], bool] | None = None) -> Any: ...
 
     def __init__(self, pool: Any, where: str, *,
                  embedder: Embedder | Literal["default"] | None = None) -> None:
@@ -223,8 +228,8 @@ class PgConnection(EmbedderSetting):
             cur.execute(query, args)
             return cur.fetchall()
 
-    def _rows(self, user_id: str | None, query: Any, args: Sequence[Any] = ()
-              ) -> list[tuple[Any, ...]]:
+    def _rows(self, user_id: str | None, query: Any,
+              args: Sequence[Any] | Mapping[str, Any] = ()) -> list[tuple[Any, ...]]:
         """Rows as tuples, in ``user_id``'s transaction."""
         with self._tx():
             return self._use(user_id).execute(query, args).fetchall()

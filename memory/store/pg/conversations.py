@@ -17,7 +17,7 @@ consistent under concurrent writers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psycopg.types.json import Jsonb
@@ -32,6 +32,14 @@ from .connection import PgConnection
 
 class PgConversations(PgConnection, EmbeddingWrites):
     """Conversations, sessions, turns and embeddings (see the module)."""
+
+    if TYPE_CHECKING:
+        # The search index's upkeep, from ``PgLexical`` (every store combines the two).
+        def _index_turns(self, turns: Sequence[Turn]) -> None: ...
+
+        def _unindex_turn(self, turn: Turn, rowid: int) -> None: ...
+
+        def _unindex_conversation(self, user_id: str, conversation_id: str) -> None: ...
 
     def add_conversation(self, conv: Conversation) -> None:
         """Insert or replace a conversation's header row (its insertion order kept)."""
@@ -69,7 +77,7 @@ class PgConversations(PgConnection, EmbeddingWrites):
         """Delete a conversation's turns (with their vectors, edges and versions), sessions
         and header. Items derived from it are kept. Returns the number of turns deleted."""
         with self.transaction():
-            self._unindex_conversation(user_id, conversation_id)  # type: ignore[attr-defined]
+            self._unindex_conversation(user_id, conversation_id)
             ids = [r[0] for r in self._rows(
                 user_id, "DELETE FROM turns WHERE user_id = %s AND conversation_id = %s"
                 " RETURNING id", (user_id, conversation_id))]
@@ -118,7 +126,7 @@ class PgConversations(PgConnection, EmbeddingWrites):
                              t.turn_id, t.seq, t.speaker, t.text, _ts(t.event_time),
                              _ts(t.recorded_at) or now, Jsonb(t.metadata))
                             for i, t in zip(ids, turns, strict=True) if t.user_id == user])
-            self._index_turns(turns)  # type: ignore[attr-defined]
+            self._index_turns(turns)
             if vectors is not None and embedder is not None:
                 self._put_vectors([t.user_id for t in turns], ids, vectors, embedder.name)
         return ids
@@ -136,7 +144,8 @@ class PgConversations(PgConnection, EmbeddingWrites):
     ) -> list[Turn]:
         """A tenant's turns in conversation order, optionally by conversation or ids, only
         those after ``after_seq`` in their conversation; ``newest``: last recorded first."""
-        query, args = "SELECT * FROM turns WHERE user_id = %s", [user_id]
+        query = "SELECT * FROM turns WHERE user_id = %s"
+        args: list[Any] = [user_id]
         if conversation_id is not None:
             query += " AND conversation_id = %s"
             args.append(conversation_id)
@@ -186,7 +195,7 @@ class PgConversations(PgConnection, EmbeddingWrites):
                        rows[0]["updated_at"] or rows[0]["recorded_at"], _ts(now) or "")
             self._exec(user_id, "UPDATE turns SET text = %s, updated_at = %s WHERE rowid = %s",
                        (text, _ts(now), rows[0]["rowid"]))
-            self._index_turns([new])  # type: ignore[attr-defined]
+            self._index_turns([new])
             self._reembed([new, *self._next_turn(new)])
         return new
 
@@ -199,7 +208,7 @@ class PgConversations(PgConnection, EmbeddingWrites):
             if not rows:
                 return False
             self._forget_nodes(user_id, [turn_id])
-            self._unindex_turn(self._turn(rows[0]), rows[0]["rowid"])  # type: ignore[attr-defined]
+            self._unindex_turn(self._turn(rows[0]), rows[0]["rowid"])
             self._reembed(self._next_turn(self._turn(rows[0])))
         return True
 

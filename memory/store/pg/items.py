@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
@@ -91,6 +91,17 @@ def _data_field(name: str) -> str:
 class PgItems(PgConversations, ItemWrites):
     """Items of every kind and the kinds queries (see the module)."""
 
+    if TYPE_CHECKING:
+        # The search index's upkeep, from ``PgLexical`` (every store combines the two).
+        def _index_items(self, user_id: str, rows: Sequence[tuple[int, Item]], *,
+                         replace: Sequence[int] = ()) -> None: ...
+
+        def _index_item(self, item_id: str, item: Item) -> None: ...
+
+        def _reindex_item(self, rowid: int, current: Item, new: Item) -> None: ...
+
+        def _unindex_item(self, user_id: str, item_id: str) -> None: ...
+
     def _lock_writers(self, user_ids: Sequence[str]) -> None:
         """Every tenant's advisory lock up front, in the order given (sorted by
         ``add_many``): two transactions adding items of the same tenants cannot each hold
@@ -139,7 +150,7 @@ class PgItems(PgConversations, ItemWrites):
             for item, item_id, _ in new:
                 by_user.setdefault(item.user_id, []).append((rowids[item_id], item))
             for user, rows in by_user.items():
-                self._index_items(user, rows)  # type: ignore[attr-defined]
+                self._index_items(user, rows)
             for n in merges:
                 ids[n] = self._add_one(items[n], now)[0]
             embedder = self.embedder
@@ -218,7 +229,7 @@ class PgItems(PgConversations, ItemWrites):
              item.conversation_id, Jsonb(item.evidence), _ts(item.event_time),
              _ts(item.valid_to), _ts(item.recorded_at or now), _ts(now), digest,
              Jsonb(item.data())))
-        self._index_item(item_id, item)  # type: ignore[attr-defined]
+        self._index_item(item_id, item)
         return item_id, True
 
     def get(self, user_id: str, item_id: str) -> Item | None:
@@ -322,7 +333,7 @@ class PgItems(PgConversations, ItemWrites):
                  new.speaker, new.about, new.conversation_id, Jsonb(new.evidence),
                  _ts(new.event_time), _ts(new.valid_to), _ts(new.updated_at),
                  content_hash(new), Jsonb(new.data()), rows[0]["rowid"]))
-            self._reindex_item(rows[0]["rowid"], current, new)  # type: ignore[attr-defined]
+            self._reindex_item(rows[0]["rowid"], current, new)
             if new.text != current.text:
                 self._exec(user_id, "DELETE FROM embeddings WHERE user_id = %s AND"
                            " node_id = %s", (user_id, item_id))
@@ -335,7 +346,7 @@ class PgItems(PgConversations, ItemWrites):
     def delete(self, user_id: str, item_id: str) -> bool:
         """Delete an item, its embeddings, edges and versions. True if it existed."""
         with self.transaction():
-            self._unindex_item(user_id, item_id)  # type: ignore[attr-defined]
+            self._unindex_item(user_id, item_id)
             if not self._exec(user_id, "DELETE FROM items WHERE user_id = %s AND id = %s",
                               (user_id, item_id)):
                 return False

@@ -77,6 +77,12 @@ and enables RLS with :func:`rls` in its own DDL."""
 TENANT_TABLES += ("blobs", "runs", "run_steps", "events")
 TENANT_TABLES += ("lexical_rows", "lexical_postings", "lexical_totals")
 TENANT_TABLES += ("lexical_terms", "item_tags")
+TENANT_TABLES += ("jobs",)
+
+SHARED_TABLES: tuple[str, ...] = ("api_keys",)
+"""Tables without a tenant column that the app role is granted DML on, with no row-level
+security: their rows span tenants and hold no tenant's content (``api_keys``: key hashes,
+each with the tenant it acts as)."""
 
 
 def rls(tables: tuple[str, ...]) -> str:
@@ -93,7 +99,7 @@ def rls(tables: tuple[str, ...]) -> str:
 
 
 def _speakerless_turn_index(conn: psycopg.Connection[Any]) -> None:
-    from .lexical import reindex_all_turns
+    from .lexical_index import reindex_all_turns
 
     reindex_all_turns(conn)
 
@@ -465,6 +471,117 @@ MIGRATIONS: list[tuple[int, str, Any]] = [
     ),
     # A Python step: every turn re-tokenised without its speaker (see reindex_all_turns).
     (10, "speaker-free turn index", _speakerless_turn_index),
+    (
+        11,
+        "extraction jobs",
+        # The durable queue of background extraction (as SQLite's migration 11; see
+        # memory/store/jobs.py and pg/jobs.py), with RLS like every tenant table. Workers
+        # take jobs of every tenant: memstrata_claim_job parks expired jobs with no attempt
+        # left, then leases the oldest claimable one (FOR UPDATE SKIP LOCKED: concurrent
+        # workers skip each other's rows instead of waiting) and returns its id and tenant,
+        # no content. memstrata_job_owner, _job_counts and _job_tenants answer the other
+        # questions that span tenants, with ids, counts and tenants only.
+        f"""
+        CREATE TABLE jobs (
+            rowid bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            id {T} NOT NULL UNIQUE,
+            user_id {T} NOT NULL CHECK (user_id <> ''),
+            conversation_id {T} NOT NULL,
+            kind {T} NOT NULL,
+            status {T} NOT NULL DEFAULT 'pending',
+            params jsonb NOT NULL DEFAULT '{{}}',
+            attempts integer NOT NULL DEFAULT 0,
+            max_attempts integer NOT NULL,
+            error {T},
+            lease_owner {T},
+            lease_until {T},
+            run_after {T} NOT NULL,
+            result jsonb,
+            facts integer NOT NULL DEFAULT 0,
+            created_at {T} NOT NULL,
+            updated_at {T} NOT NULL
+        );
+        CREATE INDEX jobs_status ON jobs (status, rowid);
+        CREATE INDEX jobs_tenant ON jobs (user_id, conversation_id, rowid);
+        """ + rls(("jobs",)) + """
+        CREATE FUNCTION memstrata_claim_job(worker text, now_at text, until_at text,
+                                            due_at text, tenant text, conv text,
+                                            parked text)
+            RETURNS TABLE (job_id text, job_user text)
+            LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+            AS $$
+            BEGIN
+                UPDATE jobs SET status = 'failed',
+                                error = replace(parked, '{attempts}', attempts::text),
+                                lease_owner = NULL, lease_until = NULL, updated_at = now_at
+                    WHERE status = 'running' AND lease_until < now_at
+                      AND attempts >= max_attempts
+                      AND (tenant IS NULL OR user_id = tenant)
+                      AND (conv IS NULL OR conversation_id = conv);
+                RETURN QUERY
+                UPDATE jobs j SET status = 'running', lease_owner = worker,
+                                  lease_until = until_at, attempts = j.attempts + 1,
+                                  updated_at = now_at
+                    WHERE j.rowid = (
+                        SELECT c.rowid FROM jobs c
+                        WHERE ((c.status = 'pending' AND c.run_after <= due_at)
+                               OR (c.status = 'running' AND c.lease_until < now_at))
+                          AND c.attempts < c.max_attempts
+                          AND (tenant IS NULL OR c.user_id = tenant)
+                          AND (conv IS NULL OR c.conversation_id = conv)
+                          AND NOT EXISTS (
+                              SELECT 1 FROM jobs e
+                              WHERE e.user_id = c.user_id
+                                AND e.conversation_id = c.conversation_id
+                                AND e.rowid < c.rowid
+                                AND e.status IN ('pending', 'running'))
+                        ORDER BY c.rowid LIMIT 1
+                        FOR UPDATE SKIP LOCKED)
+                    RETURNING j.id::text, j.user_id::text;
+            END $$;
+        CREATE FUNCTION memstrata_job_owner(job text) RETURNS text
+            LANGUAGE sql STABLE SECURITY DEFINER
+            AS $$ SELECT user_id FROM jobs WHERE id = job $$;
+        CREATE FUNCTION memstrata_job_counts() RETURNS TABLE (status text, n bigint)
+            LANGUAGE sql STABLE SECURITY DEFINER
+            AS $$ SELECT status, count(*) FROM jobs GROUP BY status $$;
+        CREATE FUNCTION memstrata_job_tenants() RETURNS SETOF text
+            LANGUAGE sql STABLE SECURITY DEFINER
+            AS $$ SELECT DISTINCT user_id FROM jobs ORDER BY 1 $$;
+        DO $$ BEGIN
+            EXECUTE format('ALTER FUNCTION memstrata_claim_job(text, text, text, text, text,'
+                           || ' text, text) SET search_path = %I, pg_temp', current_schema());
+            EXECUTE format('ALTER FUNCTION memstrata_job_owner(text)'
+                           || ' SET search_path = %I, pg_temp', current_schema());
+            EXECUTE format('ALTER FUNCTION memstrata_job_counts()'
+                           || ' SET search_path = %I, pg_temp', current_schema());
+            EXECUTE format('ALTER FUNCTION memstrata_job_tenants()'
+                           || ' SET search_path = %I, pg_temp', current_schema());
+        END $$
+        """,
+    ),
+    (
+        12,
+        "api keys",
+        # The keys of ``memstrata serve`` (memory/store/keys.py), hashed. Not a tenant
+        # table: a key is looked up before its tenant is known, so no row-level security
+        # (the app role is granted DML on it: SHARED_TABLES); ``tenant``, not ``user_id``,
+        # so ``forget_user`` leaves a tenant's keys.
+        f"""
+        CREATE TABLE api_keys (
+            id {T} PRIMARY KEY,
+            hash {T} NOT NULL,
+            tenant {T} CHECK (tenant <> ''),
+            admin boolean NOT NULL DEFAULT false,
+            name {T} NOT NULL DEFAULT '',
+            created_at {T} NOT NULL,
+            last_used {T},
+            revoked_at {T},
+            CHECK (admin = (tenant IS NULL))
+        );
+        CREATE INDEX api_keys_tenant ON api_keys (tenant)
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
@@ -535,7 +652,8 @@ def _statements(ddl: str) -> list[str]:
 
 def grant(conn: psycopg.Connection[Any], role: str) -> None:
     """Create the application role if missing (NOLOGIN, no BYPASSRLS), let the URL's role
-    ``SET ROLE`` to it, and grant it DML on the tenant tables and nothing else.
+    ``SET ROLE`` to it, and grant it DML on the tenant tables and :data:`SHARED_TABLES`
+    and nothing else.
 
     Looks first and writes only what is missing, so an ordinary open writes nothing.
     """
@@ -552,7 +670,8 @@ def grant(conn: psycopg.Connection[Any], role: str) -> None:
                         (role,)).fetchone()[0]:  # type: ignore[index]
         conn.execute(sql.SQL("GRANT {} TO {}").format(ident, sql.SQL("current_user")))
     # has_table_privilege with a list is true when any is held: ask for each.
-    missing = [t for t in TENANT_TABLES for p in ("SELECT", "INSERT", "UPDATE", "DELETE")
+    granted = (*TENANT_TABLES, *SHARED_TABLES)
+    missing = [t for t in granted for p in ("SELECT", "INSERT", "UPDATE", "DELETE")
                if not conn.execute("SELECT has_table_privilege(%s, %s, %s)",
                                    (role, t, p)).fetchone()[0]]  # type: ignore[index]
     if missing:
@@ -560,4 +679,4 @@ def grant(conn: psycopg.Connection[Any], role: str) -> None:
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}")
                      .format(sql.Identifier(schema), ident))
         conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
-            sql.SQL(", ").join(map(sql.Identifier, TENANT_TABLES)), ident))
+            sql.SQL(", ").join(map(sql.Identifier, granted)), ident))

@@ -30,7 +30,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -84,6 +84,9 @@ class PgSearch(PgTenants, RefLookups):
     """Refs, facets, filters, tags, vectors, snapshots and the cache (see the module).
 
     On ``PgTenants``: its ``speakers`` is read through the cache here."""
+
+    if TYPE_CHECKING:
+        def _vec_column(self) -> bool: ...  # ``conversations.py``'s, in every store
 
     CACHE_ENTRIES = 512
     """Most values the in-process cache keeps (least recently used dropped first)."""
@@ -309,7 +312,7 @@ class PgSearch(PgTenants, RefLookups):
         # A skip scan over the primary key, one seek per distinct tag (as on SQLite): the
         # cache is dropped by every write, and DISTINCT walked every (tag, item) pair of
         # the tenant (22 ms at 100k items with 2,000 tags; 14 ms so).
-        return self._cached(("tags", user_id), lambda: [  # type: ignore[no-any-return]
+        return self._cached(("tags", user_id), lambda: [
             r[0] for r in self._rows(user_id, _DISTINCT.format(table="item_tags", column="tag"),
                                      {"user_id": user_id})])
 
@@ -342,7 +345,7 @@ class PgSearch(PgTenants, RefLookups):
         Cached in memory until :meth:`data_version` moves (this process's transactions,
         any process's commits), so repeated searches do not re-read them.
         """
-        return self._cached(  # type: ignore[no-any-return]
+        return self._cached(
             ("vectors", user_id, model), lambda: self._load_vectors(user_id, model))
 
     def vector_speakers(self, user_id: str, model: str) -> np.ndarray:
@@ -364,7 +367,7 @@ class PgSearch(PgTenants, RefLookups):
             found = self.refs(user_id, ids)
             return ids, [found.get(i) for i in ids]
 
-        return self._of_vectors(("vector_refs", user_id, model), ids, load)  # type: ignore[no-any-return]
+        return self._of_vectors(("vector_refs", user_id, model), ids, load)
 
     def _of_vectors(self, key: tuple[Any, ...], ids: list[str], load: Callable[[], Any]
                     ) -> Any:
@@ -392,7 +395,7 @@ class PgSearch(PgTenants, RefLookups):
         stored = self._vector_rows(user_id, model)
         if not stored:
             return []
-        query = vector_text(query_vec) if self._vec_column() else None  # type: ignore[attr-defined]
+        query = vector_text(query_vec) if self._vec_column() else None
         if query is None or stored <= self.IN_PROCESS_VECTORS:
             # No pgvector column (or a query it cannot hold), or a matrix small enough to
             # keep: NumPy over the cached matrix, as on SQLite.

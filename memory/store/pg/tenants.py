@@ -15,7 +15,7 @@ operator rewrites the tables without them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -24,6 +24,9 @@ from ..nodes import _DISTINCT as SQLITE_DISTINCT
 from ..rows import node_type
 from ..versions import Version, _version
 from .connection import PgConnection
+
+if TYPE_CHECKING:
+    from ...models import Item, Turn
 
 # SQLite's skip scan, the tenant bound as psycopg's named parameter %(user_id)s.
 _DISTINCT = SQLITE_DISTINCT.replace("?1", "%(user_id)s")
@@ -36,6 +39,15 @@ _SPEAKERS = " UNION ".join(
 
 class PgTenants(PgConnection):
     """A tenant's rows, versions, history and forgetting (see the module)."""
+
+    if TYPE_CHECKING:
+        # The records part's reads (``conversations.py``, ``items.py``).
+        def turns(self, user_id: str, *, conversation_id: str | None = None,
+                  ids: Sequence[str] | None = None, limit: int | None = None,
+                  after_seq: int | None = None, newest: bool = False,
+                  offset: int = 0) -> list[Turn]: ...
+
+        def get_many(self, user_id: str, item_ids: Sequence[str]) -> list[Item]: ...
 
     def conversation_rows(self, user_id: str) -> list[dict[str, Any]]:
         """The tenant's conversations (``id``, ``agent_id``, ``title``, ``speakers``,
@@ -76,13 +88,14 @@ class PgTenants(PgConnection):
     def history(self, user_id: str, node_id: str) -> list[Version]:
         """Every version of a turn or item of this tenant, oldest first, the current last
         (empty when there is no such node)."""
+        found: Sequence[Turn | Item]
         with self._tx():
             if node_type(node_id) == "turn":
-                found = self.turns(user_id, ids=[node_id])  # type: ignore[attr-defined]
+                found = self.turns(user_id, ids=[node_id])
                 stamp = self._rows(user_id, "SELECT coalesce(updated_at, recorded_at) FROM"
                                    " turns WHERE id = %s AND user_id = %s", (node_id, user_id))
             else:
-                found = self.get_many(user_id, [node_id])  # type: ignore[attr-defined]
+                found = self.get_many(user_id, [node_id])
                 stamp = self._rows(user_id, "SELECT updated_at FROM items WHERE id = %s AND"
                                    " user_id = %s", (node_id, user_id))
             if not found:

@@ -1,4 +1,5 @@
-"""LoCoMo question-answering metrics: normalisation, token F1, EM, BLEU-1, per-category F1.
+"""Answer scores: normalisation, token F1, EM, BLEU-1 and LoCoMo's per-category F1 (the
+scorer the QA benchmarks report and the QA program's optimizer metric reads).
 
 The normalisation and the per-category F1 follow LoCoMo's official scorer,
 ``snap-research/locomo`` at ``task_eval/evaluation.py`` (functions ``normalize_answer``,
@@ -42,15 +43,13 @@ from collections import Counter
 import Stemmer
 
 # What counts as an abstention is the QA program's contract; scoring reuses it.
-from memstrata.programs.qa import ABSTAIN_PHRASES, is_abstention
 
 __all__ = [
-    "ABSTAIN_PHRASES",
     "ADVERSARIAL_PHRASES",
     "bleu1",
     "exact_match",
-    "is_abstention",
     "locomo_f1",
+    "missed_tokens",
     "normalize_answer",
     "score_answer",
     "token_f1",

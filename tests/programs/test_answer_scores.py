@@ -10,17 +10,16 @@ import doctest
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memstrata.bench import qa_metrics
-from memstrata.bench.qa_metrics import (
-    ABSTAIN_PHRASES,
+from memstrata.programs import answer_scores
+from memstrata.programs.answer_scores import (
     bleu1,
     exact_match,
-    is_abstention,
     locomo_f1,
     normalize_answer,
     score_answer,
     token_f1,
 )
+from memstrata.programs.qa import ABSTAIN_PHRASES, is_abstention
 
 # --------------------------------------------------------------------------- normalize
 
@@ -267,6 +266,6 @@ def test_scores_are_floats_in_unit_interval(pred: str, truth: str, category: int
 
 
 def test_docstring_examples() -> None:
-    result = doctest.testmod(qa_metrics)
+    result = doctest.testmod(answer_scores)
     assert result.attempted > 0
     assert result.failed == 0

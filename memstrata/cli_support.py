@@ -1,0 +1,110 @@
+"""What the ``memstrata`` command modules share: turning flags into library objects and
+printing a result or an error the way every command does.
+
+``memstrata.cli`` and each ``*_commands`` module import these; none of them imports
+another command module for a helper. A helper that refuses a flag raises ``SystemExit``
+with a one-line ``memstrata: ...`` message (``cli.main`` prints it and exits 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """An error's message on one line, cut to ``limit`` characters (it may quote input)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def embedder_from_flag(enabled: bool, name: str | None = None, flag: str = "--embedder"
+                       ) -> Any:
+    """The embedder ``name`` picks (``--embedder``; the default static model when None),
+    or None when ``enabled`` is false.
+
+    Raises:
+        SystemExit: ``name`` is no embedder (the message names ``flag``).
+    """
+    if not enabled:
+        return None
+    from memstrata.memory import default_embedder, embedder_by_name
+
+    if name is None:
+        return default_embedder()
+    try:
+        return embedder_by_name(name)
+    except ValueError as exc:
+        raise SystemExit(f"memstrata: {flag}: {exc}") from None
+
+
+def add_embedder_arg(p: argparse.ArgumentParser) -> None:
+    """The ``--embedder NAME`` option (read with :func:`embedder_from_flag`)."""
+    p.add_argument("--embedder", metavar="NAME",
+                   help="embedding model: static (the default), minilm or mpnet (extras of "
+                   "those names), or the folder of a model2vec static model; a store is "
+                   "searched with the model that embedded it")
+
+
+def weights_from_json(raw: str | None) -> Any:
+    """``SearchWeights`` from ``--weights``'s JSON object (the defaults when empty).
+
+    Raises:
+        SystemExit: not a JSON object of ``SearchWeights``' knobs, or a knob out of range.
+    """
+    from pydantic import ValidationError
+
+    from memstrata.memory import SearchWeights
+
+    if not raw:
+        return SearchWeights()
+    try:
+        return SearchWeights(**json.loads(raw))
+    except ValidationError as exc:
+        first = exc.errors()[0]  # the knob may be any string the user typed: one line
+        problem = ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}")
+        raise SystemExit(f"memstrata: --weights: {one_line(problem)} (see SearchWeights)"
+                         ) from None
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise SystemExit("memstrata: --weights must be a JSON object of SearchWeights: "
+                         f"{one_line(exc)}") from None
+
+
+def audit_beside(data: str | Path) -> Path | None:
+    """``<data>_audit_errors.json`` beside a LoCoMo file, if it exists."""
+    path = Path(data).with_name(Path(data).stem + "_audit_errors.json")
+    return path if path.exists() else None
+
+
+def audit_path(args: argparse.Namespace) -> str | Path | None:
+    """``--audit`` when given, else the audit file beside ``--data`` (or None)."""
+    if args.audit is not None:
+        return args.audit
+    return audit_beside(args.data)
+
+
+def print_report(table: str, paths: list[Path]) -> int:
+    """Print a benchmark's table and the files it wrote on stdout; the exit status (0)."""
+    print(table)
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def csv_list(raw: str | None, what: str, cast: type = str) -> list[Any] | None:
+    """The items of a comma-separated flag, each through ``cast`` (None when empty).
+
+    Raises:
+        SystemExit: an item ``cast`` refuses (the message names the flag ``what``).
+    """
+    if not raw:
+        return None
+    try:
+        return [cast(x.strip()) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"memstrata: {what} must be a comma-separated list, got {raw!r}") from None
+
+
+__all__ = ["add_embedder_arg", "audit_beside", "audit_path", "csv_list", "embedder_from_flag",
+           "one_line", "print_report", "weights_from_json"]

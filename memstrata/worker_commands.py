@@ -1,0 +1,122 @@
+"""``memstrata worker``: a process that runs the extraction jobs of a store.
+
+Any number of them may run against one store: on PostgreSQL each takes a different job
+(``FOR UPDATE SKIP LOCKED``), on SQLite one claim at a time under the write lock. A worker
+killed at any point loses nothing: its job is taken again once its lease expires (see
+``memstrata.worker``). Apps that record jobs for these workers open their memory with
+``Memory.open(..., extraction="queue")``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from memstrata.memory.store.opener import describe, store_missing
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run the extraction jobs recorded in --db with --lm, one at a time, until stopped
+    (SIGINT or SIGTERM: the job in flight finishes first), --max-jobs ran, or, with
+    --once, none is left. Prints one JSON line per job ended (its id, tenant,
+    conversation, status, attempts, facts and error), then a summary line."""
+    from memstrata import Memory
+    from memstrata.agent_commands import model_from_args
+    from memstrata.memory_commands import no_store
+    from memstrata.worker import ExtractionSettings, Worker
+
+    if store_missing(args.db):
+        raise no_store(args.db)
+    settings = ExtractionSettings(mode="queue", lease_s=args.lease, retry_s=args.retry,
+                                  poll_s=args.poll)
+    handle = model_from_args(args)
+    stop = threading.Event()
+
+    def ask_stop(signum: int, frame: Any) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, ask_stop)
+    with Memory.open(args.db, lm=handle, extraction=settings) as memory:
+        worker = Worker(memory, settings)
+        counts = {"done": 0, "failed": 0, "pending": 0, "running": 0}
+
+        def report(job: Any) -> None:
+            counts[job.status] = counts.get(job.status, 0) + 1
+            print(json.dumps({"job": job.id, "user_id": job.user_id,
+                              "conversation_id": job.conversation_id, "status": job.status,
+                              "attempts": job.attempts, "facts": job.facts,
+                              "error": job.error}, ensure_ascii=False), flush=True)
+
+        ran = worker.run(stop=stop, max_jobs=args.max_jobs, until_idle=args.once,
+                         report=report)
+    print(json.dumps({"db": describe(args.db), "worker": worker.owner, "jobs": ran,
+                      **{k: v for k, v in counts.items() if v}}), flush=True)
+    return 0
+
+
+def add_worker_parser(sub: Any) -> None:
+    """Register ``memstrata worker``."""
+    from memstrata.agent_commands import add_model_args
+
+    p = sub.add_parser("worker", help="run the extraction jobs of a store (background "
+                       "extraction in processes of their own)", description=cmd_worker.__doc__)
+    p.add_argument("--db", required=True, metavar="FILE|URL",
+                   help="the store: a SQLite file or a postgresql:// URL")
+    add_model_args(p)
+    p.add_argument("--once", action="store_true",
+                   help="stop when no job is left instead of waiting for new ones")
+    p.add_argument("--max-jobs", type=int, metavar="N", help="stop after N jobs")
+    p.add_argument("--poll", type=float, default=1.0,
+                   help="seconds between looks for new jobs when idle (default 1)")
+    p.add_argument("--lease", type=float, default=300.0,
+                   help="seconds a job is held before another worker may take it; renewed "
+                   "while it runs (default 300)")
+    p.add_argument("--retry", type=float, default=2.0,
+                   help="seconds before a failed attempt's retry, doubled each time "
+                   "(default 2)")
+    p.set_defaults(func=cmd_worker)
+
+
+def cmd_bench_background(args: argparse.Namespace) -> int:
+    """Background extraction: add p95 with infer=True at --turns turns (background vs the
+    synchronous path), another tenant's search p95 alone vs while a worker extracts, and
+    the background path's facts vs the synchronous path's on the same turns. --lm
+    scripted/slow is a deterministic fake whose calls sleep --delay seconds."""
+    from memstrata.bench.background import run_background_bench, table
+    from memstrata.cli_support import print_report
+
+    doc = run_background_bench(args.out, lm=args.lm, delay_s=args.delay, turns=args.turns,
+                               calls=args.calls, queries=args.queries,
+                               fact_turns=args.fact_turns, data=args.data)
+    return print_report(table(doc), [Path(args.out) / "background.json"])
+
+
+def add_background_bench_parser(bsub: Any) -> None:
+    """Register ``memstrata bench background``."""
+    from memstrata.programs.models import EMBEDDED
+
+    p = bsub.add_parser("background", help="add latency, other tenants' search and facts "
+                        "with extraction in the background",
+                        description=cmd_bench_background.__doc__)
+    p.add_argument("--lm", default=EMBEDDED,
+                   help=f"the model (default {EMBEDDED}); scripted/slow: a fake whose "
+                   "extraction calls sleep --delay seconds")
+    p.add_argument("--delay", type=float, default=2.0,
+                   help="seconds each scripted/slow extraction call sleeps (default 2)")
+    p.add_argument("--turns", type=int, default=100_000,
+                   help="turns in the store when add is timed (default 100000)")
+    p.add_argument("--calls", type=int, default=200, help="timed adds per mode (default 200)")
+    p.add_argument("--queries", type=int, default=200,
+                   help="timed searches per condition (default 200)")
+    p.add_argument("--fact-turns", type=int, default=60,
+                   help="turns of the facts comparison (default 60)")
+    p.add_argument("--data", type=Path,
+                   help="a LoCoMo-format file: its first conversation's turns for the facts "
+                   "comparison (default: a synthetic chat)")
+    p.add_argument("--out", default="out", help="output folder (default ./out)")
+    p.set_defaults(func=cmd_bench_background)

@@ -1,0 +1,125 @@
+"""``Memory.answer`` routes: a recall to the personal answerer, a computation, a temporal
+comparison or a contradiction to the adaptive reasoner over the same memory; one answer
+type either way, the calls counted, the model never called under the memory's lock."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from memstrata import Memory
+from tests.door_script import DoorScript
+
+ANA = "ana"
+
+
+def _memory(scripted: Any, script: DoorScript) -> Memory:
+    m = Memory.open(":memory:", embedder=None, lm=scripted(script))
+    m.add([{"role": "user", "content": "I moved to Lisbon in May 2023"},
+           {"role": "assistant", "content": "How do you like it?"}], user_id=ANA, infer=False)
+    m.read("Team Aurora had 5 gold medals after day 7. Team Borealis had 3 gold medals.",
+           user_id=ANA, title="Day 7 standings", source="Nordic Herald", when="2026-02-07")
+    m.read("Team Aurora had 9 gold medals after day 10. Team Borealis had 4 gold medals.",
+           user_id=ANA, title="Day 10 standings", source="Nordic Herald", when="2026-02-10")
+    return m
+
+
+def test_a_recall_takes_the_answerer_with_two_calls(scripted: Any) -> None:
+    script = DoorScript("simple_recall", answer="Lisbon")
+    m = _memory(scripted, script)
+    out = m.answer("Where did I move in May?", user_id=ANA)
+    assert out.path == "answerer" and out.intent == "simple_recall"
+    assert out.answer == "Lisbon" and out.evidence  # the answerer's own fallback evidence
+    assert script.asked == ["classify", "qa"] and out.llm_calls == 2
+    record = m.store.runs.get(ANA, out.run_id)
+    assert record is not None and record.program == "memory.answer"
+    assert record.usage["calls"] == 2
+
+
+def test_a_computation_takes_the_reasoner_and_its_calculator(scripted: Any) -> None:
+    script = DoorScript("mathematical_computation", answer="4")
+    m = _memory(scripted, script)
+    out = m.answer("How many gold medals did Team Aurora gain between day 7 and day 10?",
+                   user_id=ANA)
+    assert out.path == "reasoner" and out.intent in ("mathematical_computation",
+                                                     "temporal_comparison")
+    assert script.asked[0] == "classify" and script.asked.count("classify") == 1
+    assert "qa" not in script.asked and "reason" in script.asked
+    assert out.llm_calls == len(script.asked) and out.llm_calls >= 3
+    assert out.reasoning is not None and out.evidence  # the facts it used, by id
+    assert all(m.get(e, user_id=ANA) is not None for e in out.evidence)
+    assert m.store.runs.get(ANA, out.run_id).usage["calls"] == out.llm_calls
+
+
+@pytest.mark.parametrize("intent", ["temporal_comparison", "contradiction_resolution",
+                                    "multi_source_synthesis"])
+def test_temporal_contradiction_and_synthesis_take_the_reasoner(scripted: Any,
+                                                                 intent: str) -> None:
+    script = DoorScript(intent, answer="Aurora")
+    m = _memory(scripted, script)
+    question = ("How did Team Aurora's gold medals change between day 7 and day 10?"
+                if intent == "temporal_comparison" else
+                "What do the reports say about Team Aurora's gold medals?")
+    out = m.answer(question, user_id=ANA)
+    assert out.path == "reasoner" and "qa" not in script.asked
+    assert out.llm_calls == len(script.asked)
+
+
+def test_rules_route_without_a_classifying_call_and_forced_paths(scripted: Any) -> None:
+    script = DoorScript("mathematical_computation", answer="Lisbon")
+    m = _memory(scripted, script)
+    out = m.answer("Where did I move in May?", user_id=ANA, route="rules")
+    assert out.path == "answerer" and script.asked == ["qa"] and out.llm_calls == 1
+    script.asked.clear()
+    out = m.answer("Where did I move?", user_id=ANA, route="answerer")
+    assert script.asked == ["qa"] and out.model_intent == ""
+    with pytest.raises(ValueError, match="route must be one of"):
+        m.answer("Where?", user_id=ANA, route="psychic")
+
+
+def test_read_content_is_answered_beside_what_was_said(scripted: Any) -> None:
+    script = DoorScript("simple_recall", answer="9")
+    m = _memory(scripted, script)
+    m.answer("How many gold medals had Team Aurora after day 10?", user_id=ANA)
+    shown = script.memories()
+    assert "Team Aurora had 9 gold medals" in shown
+
+
+def test_the_model_is_not_called_under_the_memory_lock(scripted: Any) -> None:
+    acquired: list[bool] = []
+    holder: dict[str, Memory] = {}
+
+    def probe() -> None:
+        def other() -> None:
+            got = holder["m"]._lock.acquire(timeout=2)
+            acquired.append(got)
+            if got:
+                holder["m"]._lock.release()
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+
+    script = DoorScript("mathematical_computation", answer="4", on_call=probe)
+    holder["m"] = m = _memory(scripted, script)
+    m.answer("How many gold medals did Team Aurora gain between day 7 and day 10?",
+             user_id=ANA)
+    script.intent = "simple_recall"
+    m.answer("Where did I move in May?", user_id=ANA)
+    assert acquired and all(acquired)  # another thread got the lock during every call
+
+
+def test_answers_stay_in_their_tenant(scripted: Any) -> None:
+    script = DoorScript("simple_recall", answer="Porto")
+    m = _memory(scripted, script)
+    m.add("My brother lives in Porto", user_id="ben", infer=False)
+    out = m.answer("Where does my brother live?", user_id=ANA)
+    assert "Porto" not in script.memories()
+    assert all(m.get(e, user_id="ben") is None for e in out.evidence)
+
+
+def test_answer_needs_an_lm_and_a_question() -> None:
+    m = Memory.open(":memory:", embedder=None)
+    with pytest.raises(RuntimeError, match="needs an LM"):
+        m.answer("Where?", user_id=ANA)
