@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memstrata.memory import Embedder, Filters, Retriever, SearchWeights, Store
+from memstrata.memory import Embedder, Filters, MemoryStore, Retriever, SearchWeights, Store
 from memstrata.memory.models import Hit
 from memstrata.programs import ModelHandle
 from memstrata.programs.ingest import IngestReport, IngestSettings, ingest_conversation
@@ -52,7 +52,7 @@ def _evidence_order(hits: list[Hit], evidence: dict[str, list[str]]) -> list[str
 class _Evidence(dict[str, dict[str, list[str]]]):
     """Per tenant: fact and QA-pair id -> its evidence turn ids (read once per tenant)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: MemoryStore) -> None:
         super().__init__()
         self.store = store
 
@@ -97,7 +97,7 @@ def scored_questions(convs: list[LoCoMoConversation]) -> list[Question]:
 
 
 def recall_through_facts(
-    store: Store, questions: list[Question], *, embedder: Embedder | None = None,
+    store: MemoryStore, questions: list[Question], *, embedder: Embedder | None = None,
     weights: SearchWeights | None = None, systems: tuple[str, ...] = SYSTEMS,
     progress: bool = True,
 ) -> dict[str, Any]:

@@ -21,7 +21,7 @@ def _bootstrap(data: tuple[np.ndarray, ...], statistic: object, *, paired: bool,
                seed: int) -> list[float]:
     from scipy.stats import bootstrap
 
-    res = bootstrap(data, statistic, paired=paired, vectorized=True,  # type: ignore[arg-type]
+    res = bootstrap(data, statistic, paired=paired, vectorized=True,
                     n_resamples=ROUNDS, confidence_level=LEVEL, method="percentile",
                     random_state=np.random.default_rng(seed))
     low, high = res.confidence_interval

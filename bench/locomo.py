@@ -36,7 +36,7 @@ from memstrata.formats.locomo import (
     turn_metadata,
 )
 from memstrata.formats.locomo import parse_locomo as read_locomo
-from memstrata.memory import Embedder, Store
+from memstrata.memory import Embedder, MemoryStore
 from memstrata.memory.dates import DateStyle
 from memstrata.memory.models import with_caption
 
@@ -131,7 +131,7 @@ class _TimedEmbedder:
 
 
 def load_conversation(
-    store: Store, conv: LoCoMoConversation, *, embedder: Embedder | None = None,
+    store: MemoryStore, conv: LoCoMoConversation, *, embedder: Embedder | None = None,
     stats: LoadStats | None = None, tenant: str | None = None,
 ) -> list[str]:
     """Write one conversation as its own tenant, replacing any earlier load of it; returns
@@ -195,7 +195,8 @@ def transcript(conv: LoCoMoConversation) -> str:
 
 
 def load_locomo(
-    store: Store, conversations: list[LoCoMoConversation], *, embedder: Embedder | None = None,
+    store: MemoryStore, conversations: list[LoCoMoConversation], *,
+    embedder: Embedder | None = None,
     progress: Callable[[int], None] | None = None, tenant: str | None = None,
 ) -> LoadStats:
     """Load several conversations, one transaction each; ``progress(turns)`` after each.

@@ -27,7 +27,7 @@ from memstrata.programs.lm import ModelHandle
 from .corpora import ASSISTANT
 from .intervals import mean_interval, paired_difference
 from .locomo import read_subset
-from .qa import select_questions
+from .qa import Question, select_questions
 
 QA_SYSTEMS = ("memstrata", "naive_rag", "no_memory")
 EXAMPLE_CATEGORIES = (4, 2, 1)  # single-hop, temporal, multi-hop: one answer of each
@@ -90,7 +90,7 @@ def _examples(locomo: Path, handle: ModelHandle, db: Path, count: int,
     from memstrata.api import Memory
 
     convs = read_subset(locomo)
-    picked = []
+    picked: list[Question] = []
     for category in EXAMPLE_CATEGORIES * count:
         chosen = {q.qid for q in picked}
         found = next((q for q in select_questions(convs, categories={category}, limit=None)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from memstrata.formats import ConversationRecord, Message, SessionRecord
 from memstrata.formats.locomo import parse_locomo
+from memstrata.memory import Store
 from tqdm import tqdm
 
 from memstrata import Memory
@@ -177,6 +178,7 @@ def threads(path: Path, n_threads: int, ops: int) -> dict[str, Any]:
     ids = [i for a in added for i in a]
     stored = sum(memory.store.counts(f"t{u}")["turns"] for u in range(4))
     missing = sum(memory.get(i) is None for i in ids)
+    assert isinstance(memory.store, Store)  # an SQLite file (opened from a path above)
     check = memory.store.conn.execute("PRAGMA integrity_check").fetchone()[0]
     memory.close()
     return {"threads": n_threads, "ops_per_thread": ops, "adds": len(ids),

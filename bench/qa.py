@@ -33,7 +33,7 @@ from typing import Any
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
-from memstrata.memory import Embedder, Retriever, SearchWeights, Store
+from memstrata.memory import Embedder, MemoryStore, Retriever, SearchWeights, Store
 from memstrata.packers import MemoryLine, pack, render
 from memstrata.programs import QA, ModelHandle, ProgramParseError
 from memstrata.programs.answer import AnswerSettings, PersonalAnswerer
@@ -105,7 +105,7 @@ def select_questions(convs: list[LoCoMoConversation], *, categories: set[int] | 
     return ordered[:limit] if limit is not None else ordered
 
 
-def _turn_lines(store: Store, conv: LoCoMoConversation) -> list[MemoryLine]:
+def _turn_lines(store: MemoryStore, conv: LoCoMoConversation) -> list[MemoryLine]:
     return [MemoryLine(id=t.turn_id or t.id, text=t.search_text(), speaker=t.speaker,
                        when=t.event_time)
             for t in store.turns(conv.sample_id, conversation_id=conv.sample_id)]
@@ -151,7 +151,7 @@ class Context(BaseModel):
     note: str = ""
 
 
-def _contexts(store: Store, convs: list[LoCoMoConversation], questions: list[Question],
+def _contexts(store: MemoryStore, convs: list[LoCoMoConversation], questions: list[Question],
               handle: ModelHandle, settings: QASettings
               ) -> tuple[dict[str, Callable[[Question], Context]], dict[str, Any]]:
     # The baselines' contexts; memstrata builds its own (see qa_personal.py).
@@ -183,7 +183,7 @@ def _contexts(store: Store, convs: list[LoCoMoConversation], questions: list[Que
 
 
 def _answer(qa: QA, handle: ModelHandle, system: str, key: str, q: Question,
-            context: Callable[[Question], Context], store: Store, settings: QASettings
+            context: Callable[[Question], Context], store: MemoryStore, settings: QASettings
             ) -> Answer:
     """Answer one question with one system, recorded as a run in ``store``."""
     mark = handle.meter.mark()
@@ -249,7 +249,7 @@ def _walk(questions: list[Question], systems: tuple[str, ...], progress: bool
                 bar.update()
 
 
-def memstrata_answerer(store: Store, handle: ModelHandle, settings: QASettings, *, qa: QA,
+def memstrata_answerer(store: MemoryStore, handle: ModelHandle, settings: QASettings, *, qa: QA,
                        embedder: Embedder | None = None, weights: SearchWeights | None = None
                        ) -> PersonalAnswerer:
     """The ``memstrata`` system's answer path over ``store``: hybrid retrieval, the

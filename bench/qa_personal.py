@@ -16,7 +16,7 @@ import time
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
-from memstrata.memory import Store
+from memstrata.memory import MemoryStore
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.answer import PersonalAnswerer
 from memstrata.programs.answer_scores import score_answer
@@ -41,7 +41,7 @@ def path_fingerprint(answerer: PersonalAnswerer) -> str:
 
 
 def answer_personal(answerer: PersonalAnswerer, handle: ModelHandle, key: str, q: Question,
-                    store: Store, settings: QASettings, program: ProgramRef | None = None
+                    store: MemoryStore, settings: QASettings, program: ProgramRef | None = None
                     ) -> Answer:
     """Answer one question through the personal path, recorded as a run in ``store``
     (``program``: the compiled QA program it answers with, named in the record)."""

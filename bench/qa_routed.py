@@ -16,7 +16,7 @@ import inspect
 import time
 
 from dspy.utils.exceptions import ContextWindowExceededError
-from memstrata.memory import Store
+from memstrata.memory import MemoryStore
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.answer import PersonalAnswerer
 from memstrata.programs.answer_scores import score_answer
@@ -28,7 +28,7 @@ from .locomo import Question
 from .qa_types import Answer, QASettings
 
 
-def routed_memory(store: Store, handle: ModelHandle, answerer: PersonalAnswerer) -> Memory:
+def routed_memory(store: MemoryStore, handle: ModelHandle, answerer: PersonalAnswerer) -> Memory:
     """A ``Memory`` over the bench's store whose recall path is ``answerer`` (the
     ``memstrata`` system's, so the two differ only where routing sends a question to
     the reasoner) and whose searches use its retriever."""
@@ -50,7 +50,7 @@ def routed_fingerprint() -> str:
     return hashlib.sha256(code.encode()).hexdigest()[:8]
 
 
-def answer_routed(memory: Memory, handle: ModelHandle, key: str, q: Question, store: Store,
+def answer_routed(memory: Memory, handle: ModelHandle, key: str, q: Question, store: MemoryStore,
                   settings: QASettings) -> Answer:
     """Answer one question through ``Memory.answer``, recorded as a run in ``store``."""
     mark = handle.meter.mark()

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memstrata.memory import Embedder, Retriever, SearchWeights, Store
+from memstrata.memory import Embedder, MemoryStore, Retriever, SearchWeights, Store
 from memstrata.memory.store.opener import describe, is_url, open_store
 from tqdm import tqdm
 
@@ -110,7 +110,7 @@ def _memoised(retriever: Retriever, progress: bool) -> Evaluate[EvalQuestion]:
     return evaluate
 
 
-def _rankers(store: Store, tenants: Sequence[str], embedder: Embedder | None,
+def _rankers(store: MemoryStore, tenants: Sequence[str], embedder: Embedder | None,
              weights: SearchWeights | None) -> dict[str, Ranker]:
     by_turn: dict[str, dict[str, str]] = {}
     indexes: dict[str, dict[str, BM25Index]] = {name: {} for name in TOKENIZERS}
@@ -204,7 +204,7 @@ def _on_postgres(url: str, convs: list[LoCoMoConversation], questions: Sequence[
         store.close()
 
 
-def _embed_all(store: Store, tenants: Sequence[str], encoder: Embedder, progress: bool
+def _embed_all(store: MemoryStore, tenants: Sequence[str], encoder: Embedder, progress: bool
                ) -> dict[str, Any]:
     """Store ``encoder``'s vectors for every turn beside the default's; its encode rate."""
     seconds, total = 0.0, 0
@@ -242,7 +242,7 @@ def _cv_section(retriever: Retriever, questions: list[EvalQuestion], start: Sear
     }
 
 
-def _ingest(store: Store, corpus: EvalCorpus, embedder: Embedder | None, progress: bool
+def _ingest(store: MemoryStore, corpus: EvalCorpus, embedder: Embedder | None, progress: bool
             ) -> dict[str, Any]:
     """Load ``corpus`` into ``store``, one tenant per conversation: LoCoMo through its
     loader, the others through ``Memory.import_conversations``. Returns the ingest figures."""

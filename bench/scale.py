@@ -49,6 +49,7 @@ from memstrata.memory import (
     EpisodicItem,
     FactItem,
     Item,
+    MemoryStore,
     PersonaItem,
     ProspectiveItem,
     Retriever,
@@ -325,7 +326,7 @@ def _latency(lat: list[float]) -> dict[str, float]:
 # -- phases ----------------------------------------------------------------------------------
 
 
-def _ingest(store: Store, corpus: Corpus, rng: np.random.Generator, progress: bool,
+def _ingest(store: MemoryStore, corpus: Corpus, rng: np.random.Generator, progress: bool,
             desc: str) -> dict[str, Any]:
     """Add every item in batches, then the edges; returns the ingest figures."""
     out: dict[str, Any] = {}
@@ -376,7 +377,7 @@ def make_edges(corpus: Corpus, rng: np.random.Generator) -> list[Edge]:
     return edges
 
 
-def _bench_memstrata(store: Store, queries: list[str], warmup: str, progress: bool,
+def _bench_memstrata(store: MemoryStore, queries: list[str], warmup: str, progress: bool,
                      desc: str) -> dict[str, Any]:
     retriever = Retriever(store, embedder=None)
     out: dict[str, Any] = {}

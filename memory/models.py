@@ -8,7 +8,7 @@ time (when a thing happened) and record time (when we learned it) are separate f
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args, overload
 
 from pydantic import (
     AfterValidator,
@@ -23,6 +23,14 @@ from pydantic import (
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC (the store's record-time clock)."""
     return datetime.now(UTC)
+
+
+@overload
+def as_utc(value: datetime) -> datetime: ...
+
+
+@overload
+def as_utc(value: None) -> None: ...
 
 
 def as_utc(value: datetime | None) -> datetime | None:

@@ -33,6 +33,7 @@ store the same redacted values.
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 from collections.abc import Sequence
@@ -288,14 +289,15 @@ class Runs(StoreTables):
         """The newest runs (of one tenant, or of all when exporting a whole database)."""
         return [self._record(r) for r in self._newest(user_id, limit)]
 
-    def _newest(self, user_id: str | None, limit: int) -> list[dict[str, Any]]:
+    # Below ``list`` (the method), the builtin is ``builtins.list``.
+    def _newest(self, user_id: str | None, limit: int) -> builtins.list[dict[str, Any]]:
         """The rows of :meth:`list`, newest first (ties by id)."""
         where, args = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
         return self._select(
             user_id, f"SELECT * FROM runs {where} ORDER BY started_at DESC, id LIMIT ?",
             [*args, self._limit(limit)])
 
-    def steps(self, user_id: str, run_id: str) -> list[StepRecord]:
+    def steps(self, user_id: str, run_id: str) -> builtins.list[StepRecord]:
         """A run's steps in order (empty if the run is not this tenant's)."""
         rows = self._select(
             user_id, f"SELECT {self.STEP_COLUMNS} FROM run_steps s JOIN runs r ON"
@@ -314,7 +316,7 @@ class Runs(StoreTables):
                 " VALUES (?, ?, ?, ?, ?)",
                 (user_id, agent_id, run_id, self._json(redact(payload)), utcnow().isoformat()))
 
-    def events(self, user_id: str, limit: int = 100) -> list[dict[str, Any]]:
+    def events(self, user_id: str, limit: int = 100) -> builtins.list[dict[str, Any]]:
         """A tenant's newest events."""
         rows = self._select(
             user_id, "SELECT id, agent_id, run_id, payload, recorded_at FROM events WHERE"
@@ -341,7 +343,8 @@ class Runs(StoreTables):
             raise ValueError("prune needs a rule: before=DATETIME and/or keep=N")
         if keep is not None and keep < 0:
             raise ValueError(f"keep must be >= 0, not {keep}")
-        rules, args = ["r.user_id = ?"], [user_id]
+        rules = ["r.user_id = ?"]
+        args: builtins.list[Any] = [user_id]
         if before is not None:
             stamp = as_utc(before)
             assert stamp is not None  # as_utc keeps a datetime a datetime

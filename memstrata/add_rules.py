@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from memstrata.formats.records import PARTS_SKIPPED, TOOL_ROLES, Message
-from memstrata.memory import Filters, Store, Turn
+from memstrata.memory import Filters, MemoryStore, Turn
 
 DEFAULT_SKIP_ROLES = frozenset({"system", "developer", "tool", "function"})
 """Roles ``Memory.add`` does not store by default: system prompts and tool plumbing."""
@@ -70,7 +70,7 @@ def role_field(message: Message) -> dict[str, str]:
     return {}
 
 
-def repeats(store: Store, user_id: str, conversation_id: str, messages: list[Message]
+def repeats(store: MemoryStore, user_id: str, conversation_id: str, messages: list[Message]
             ) -> dict[int, Turn]:
     """The messages that repeat a turn stored before (see the module), by position, with
     the turn each repeats; a turn is repeated by at most one message.

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from datetime import date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from memstrata.api import Memory
 from memstrata.memory.retrieval import DEFAULT_MIN_SCORE
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from memstrata.programs.ingest import IngestSettings
     from memstrata.programs.learning import Lesson
     from memstrata.programs.lm import ModelHandle
-    from memstrata.programs.routed_answer import RoutedAnswer
+    from memstrata.programs.routed_answer import RouteChoice, RoutedAnswer
     from memstrata.programs.voe import VoESettings
     from memstrata.worker import ExtractionSettings
 
@@ -71,18 +71,18 @@ class AsyncMemory:
         self.memory = memory
 
     @classmethod
-    async def open(cls, path: str | Path = "memstrata.db", *,
-                   lm: str | dspy.BaseLM | ModelHandle | None = None,
-                   embedder: Any = "default", ingest: IngestSettings | None = None,
-                   programs: dict[str, str | Path] | None = None,
-                   durability: str = "normal",
-                   extraction: str | ExtractionSettings = "background") -> AsyncMemory:
+    def open(cls, path: str | Path = "memstrata.db", *,
+             lm: str | dspy.BaseLM | ModelHandle | None = None,
+             embedder: Any = "default", ingest: IngestSettings | None = None,
+             programs: dict[str, str | Path] | None = None,
+             durability: Literal["normal", "full"] = "normal",
+             extraction: str | ExtractionSettings = "background") -> Opening:
         """:meth:`Memory.open <memstrata.api.Memory.open>` on a worker thread (opening may
-        migrate a file or load a model), wrapped."""
-        memory = await _off_loop(functools.partial(
+        migrate a file or load a model), wrapped: ``m = await AsyncMemory.open(path)``,
+        or ``async with AsyncMemory.open(path) as m:`` (closed on the way out)."""
+        return Opening(functools.partial(
             Memory.open, path, lm=lm, embedder=embedder, ingest=ingest, programs=programs,
-            durability=durability, extraction=extraction))
-        return cls(memory)
+            durability=durability, extraction=extraction), cls)
 
     async def close(self) -> None:
         """Close the store (waits for no call in flight: close after the last one)."""
@@ -183,7 +183,7 @@ class AsyncMemory:
     # -- answering and tools ------------------------------------------------------------
 
     async def answer(self, question: str, *, user_id: str,
-                     conversation_id: str | None = None, route: str = "auto"
+                     conversation_id: str | None = None, route: RouteChoice = "auto"
                      ) -> RoutedAnswer:
         """:meth:`Memory.answer <memstrata.api.Memory.answer>` (the model call runs on
         the worker thread)."""
@@ -208,7 +208,8 @@ class AsyncMemory:
             self.memory.read, text, user_id=user_id, title=title, source=source, when=when))
 
     async def learn(self, run: Any, *, user_id: str, success: bool, task: str | None = None,
-                    used: Iterable[str] = (), rationale: str = "", method: str | None = None,
+                    used: Iterable[str] = (), rationale: str = "",
+                    method: Literal["llm", "trace"] | None = None,
                     tags: Iterable[str] = ()) -> Lesson:
         """:meth:`Memory.learn <memstrata.api.Memory.learn>`."""
         return await _off_loop(functools.partial(
@@ -241,3 +242,27 @@ class AsyncMemory:
 
 
 __all__ = ["AsyncMemory"]
+
+
+class Opening:
+    """What :meth:`AsyncMemory.open` returns: await it for the memory, or use it as an
+    async context manager (the memory is closed when the block ends)."""
+
+    def __init__(self, opener: Callable[[], Memory], cls: type[AsyncMemory]) -> None:
+        self._opener = opener
+        self._cls = cls
+        self._opened: AsyncMemory | None = None
+
+    async def _open(self) -> AsyncMemory:
+        return self._cls(await _off_loop(self._opener))
+
+    def __await__(self) -> Generator[Any, None, AsyncMemory]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncMemory:
+        self._opened = await self._open()
+        return self._opened
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._opened is not None:
+            await self._opened.close()

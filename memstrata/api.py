@@ -39,7 +39,7 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from memstrata import add_rules
 from memstrata.errors import MemstrataError
@@ -50,7 +50,7 @@ from memstrata.formats.records import (
     parse_time,
     to_messages,
 )
-from memstrata.memory import Filters, Hit, Retriever, Store, Turn
+from memstrata.memory import Filters, Hit, Item, MemoryStore, Retriever, Store, Turn
 from memstrata.memory.models import ITEM_KINDS, Conversation, Edge, Session, utcnow
 from memstrata.memory.retrieval import DEFAULT_MIN_SCORE
 from memstrata.memory.store import node_type
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from memstrata.programs.ingest import IngestSettings
     from memstrata.programs.learning import Lesson
     from memstrata.programs.lm import ModelHandle
-    from memstrata.programs.routed_answer import RoutedAnswer
+    from memstrata.programs.routed_answer import RouteChoice, RoutedAnswer
     from memstrata.programs.voe import VoESettings
 
 DEFAULT_CONVERSATION = "default"
@@ -108,7 +108,7 @@ class Memory:
     ``extraction`` is as :meth:`open` takes it.
     """
 
-    def __init__(self, store: Store, *, lm: ModelHandle | None = None,
+    def __init__(self, store: MemoryStore, *, lm: ModelHandle | None = None,
                  ingest: IngestSettings | None = None,
                  programs: dict[str, str | Path] | None = None,
                  extraction: str | ExtractionSettings = "background") -> None:
@@ -129,7 +129,7 @@ class Memory:
              | None = None, embedder: Any = "default",
              ingest: IngestSettings | None = None,
              programs: dict[str, str | Path] | None = None,
-             durability: str = "normal",
+             durability: Literal["normal", "full"] = "normal",
              extraction: str | ExtractionSettings = "background") -> Memory:
         """Open (creating if needed) a memory in one SQLite file or a PostgreSQL database.
 
@@ -178,8 +178,7 @@ class Memory:
         """
         _compiled_programs(programs or {})  # a bad file fails before the store opens
         settings = ExtractionSettings.of(extraction)
-        store = open_store(path, embedder=embedder,
-                           durability=durability)  # type: ignore[arg-type]
+        store = open_store(path, embedder=embedder, durability=durability)
         return cls(store, lm=_handle(lm), ingest=ingest, programs=programs,
                    extraction=settings)
 
@@ -756,6 +755,7 @@ class Memory:
             owner = self._owner(id, user_id)
             if owner is None:
                 raise KeyError(f"no memory {id!r}")
+            old: Turn | Item | None
             if node_type(id) == "turn":
                 old = self.store.turn(owner, id)
                 self.store.update_turn(owner, id, text)
@@ -804,14 +804,14 @@ class Memory:
                 self._answerer.router.forget(user_id)
             # A local model's KV cache may still hold the tenant's prompts.
             engine = getattr(getattr(self.lm, "lm", None), "_engine_spec", None)
-            if hasattr(engine, "clear_cache"):
+            if engine is not None and hasattr(engine, "clear_cache"):
                 engine.clear_cache()
             return deleted
 
     # -- answering and tools ------------------------------------------------------------
 
     def answer(self, question: str, *, user_id: str, conversation_id: str | None = None,
-               route: str = "auto") -> RoutedAnswer:
+               route: RouteChoice = "auto") -> RoutedAnswer:
         """Answer from the tenant's whole memory on the path the question calls for, with
         its evidence ids and why.
 
@@ -864,7 +864,7 @@ class Memory:
                                reasoner=reasoner, retriever=self.retriever,
                                router=answerer.router, lm=self.lm.lm,
                                count_tokens=self.lm.count_tokens, lock=self._lock,
-                               route=route, conversation_id=conversation_id)  # type: ignore[arg-type]
+                               route=route, conversation_id=conversation_id)
         result.run_id = record_verb(
             self.store, user_id, "answer", task=question, llm_calls=result.llm_calls,
             output={"answer": result.answer, "evidence": result.evidence},
@@ -958,7 +958,8 @@ class Memory:
         return report
 
     def learn(self, run: Any, *, user_id: str, success: bool, task: str | None = None,
-              used: Iterable[str] = (), rationale: str = "", method: str | None = None,
+              used: Iterable[str] = (), rationale: str = "",
+              method: Literal["llm", "trace"] | None = None,
               tags: Iterable[str] = ()) -> Lesson:
         """Distil a judged agent run into strategies (a success) or guardrails (a
         failure) that the next :meth:`context` shows in its ``strategies`` layer: the
@@ -993,7 +994,7 @@ class Memory:
             raise ValueError(f"method must be 'llm' or 'trace', not {method!r}")
         lesson = learn_from(run, store=self.store, user_id=user_id, success=bool(success),
                             task=task, used=[str(i) for i in used], rationale=rationale,
-                            method=chosen, handle=self.lm, tags=list(tags),  # type: ignore[arg-type]
+                            method=chosen, handle=self.lm, tags=list(tags),
                             lock=self._lock)
         lesson.run_id = record_verb(
             self.store, user_id, "learn", task=lesson.task, llm_calls=lesson.llm_calls,
@@ -1254,10 +1255,10 @@ def _filters(raw: dict[str, Any]) -> Filters:
     for key in ("speaker", "conversation_id"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise ValueError(f"filter {key!r} must be a string")
-    times = {key: parse_time(raw[key]) if raw.get(key) is not None else None
-             for key in ("start", "end")}
+    start, end = (parse_time(raw[key]) if raw.get(key) is not None else None
+                  for key in ("start", "end"))
     return Filters(kinds=kinds, speaker=raw.get("speaker"),
-                   conversation_id=raw.get("conversation_id"), **times)
+                   conversation_id=raw.get("conversation_id"), start=start, end=end)
 
 
 #: The compiled programs ``Memory`` can use, by name (see ``Memory.open``'s ``programs``).

@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from memstrata.memory.store.opener import describe, open_store, store_missing
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from memstrata.memory.models import FactItem
 
 PROMPT = "you> "
 
@@ -178,6 +183,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
                                  {"error": f"no fact {fact_id!r} for user {args.user!r}"}))
             return 0
         rows = facts.facts(args.user)
+        shown: Sequence[tuple[FactItem, float | None]]
         if args.search:
             hits = facts.search(rows, [args.search], k=args.limit, min_score=50)
             shown = [(h.fact, h.score) for h in hits]

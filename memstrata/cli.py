@@ -576,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = bsub.add_parser("retrieval", help="evidence recall on several corpora, memstrata "
                         "beside BM25 and its own channels alone",
-                        description=cmd_bench_retrieval.__doc__
+                        description=(cmd_bench_retrieval.__doc__ or "")
                         + " No LLM is used unless --rerank-lm is given.")
     p.add_argument("--data", action="append", metavar="FILE",
                    help="a corpus: LoCoMo, LongMemEval or labelled-messages JSON (told apart "

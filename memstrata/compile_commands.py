@@ -7,9 +7,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memstrata.agent_commands import add_model_args, model_from_args
+
+if TYPE_CHECKING:
+    from memstrata.programs.compiler import Budget, Optimizer
 
 _DEFAULT_DATA = Path("..") / "shared" / "data" / "locomo" / "locomo_dev.json"
 _SPLIT_HELP = ("comma-separated ids: LoCoMo sample ids, or the ontology suite's levels "
@@ -33,14 +36,14 @@ def program_file(path: str | None, uses: tuple[str, ...], command: str) -> str |
     return path
 
 
-def _budgets(raw: list[str] | None, optimizers: list[str]) -> dict[str, Any]:
+def _budgets(raw: list[str] | None, optimizers: list[str]) -> dict[Optimizer, Budget]:
     """``--budget N`` (one optimizer) or ``--budget OPT=N`` (any): each optimizer's
     default budget with its main knob replaced."""
     from pydantic import ValidationError
 
     from memstrata.programs.compiler import BUDGETS, OPTIMIZERS, Budget
 
-    out: dict[str, Any] = {}
+    out: dict[Optimizer, Budget] = {}
     for item in raw or []:
         name, _, value = item.rpartition("=")
         if not name and len(optimizers) == 1:
@@ -49,7 +52,7 @@ def _budgets(raw: list[str] | None, optimizers: list[str]) -> dict[str, Any]:
             raise SystemExit(f"memstrata: --budget {item!r}: give N, or OPT=N with OPT one of "
                              f"{', '.join(OPTIMIZERS)}")
         try:
-            out[name] = Budget(**{**BUDGETS[name].model_dump(), "main": int(value)})  # type: ignore[index]
+            out[name] = Budget(**{**BUDGETS[name].model_dump(), "main": int(value)})
         except (ValueError, ValidationError):
             raise SystemExit(f"memstrata: --budget {item!r}: N must be a whole number >= 1"
                              ) from None

@@ -44,7 +44,8 @@ from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle
 from memstrata.memory.models import ProspectiveItem, StrategyItem, WorkingItem
 from memstrata.memory.retrieval import Retriever
 from memstrata.memory.route import Route, Router
-from memstrata.memory.store import Filters, Store
+from memstrata.memory.store import Filters
+from memstrata.memory.store.protocol import MemoryStore
 from memstrata.memory.text import STOP_WORDS
 from memstrata.memory.voe_facts import PREDICTION_SOURCE, VoEFacts
 from pydantic import BaseModel, Field
@@ -121,7 +122,7 @@ def rough_tokens(text: str) -> int:
 # -- candidates, per layer --------------------------------------------------------------
 
 
-def conversation_lines(store: Store, retriever: Retriever, router: Router, user_id: str,
+def conversation_lines(store: MemoryStore, retriever: Retriever, router: Router, user_id: str,
                        query: str, *, k: int, conversation_id: str | None = None,
                        now: datetime | None = None) -> tuple[list[MemoryLine], Route]:
     """The routed turns and conversation items for ``query``, best first, and the route.
@@ -160,7 +161,7 @@ def read_lines(mind: CognitiveMemory, query: str, *, k: int
     return facts, procedures
 
 
-def strategy_lines(store: Store, retriever: Retriever, user_id: str, query: str, *,
+def strategy_lines(store: MemoryStore, retriever: Retriever, user_id: str, query: str, *,
                    k_success: int, k_failure: int) -> list[MemoryLine]:
     """The top successes and failure guardrails for ``query``, ranked as L2 ranks them
     (``strategy_score`` per polarity), successes first, each ``DO: title: text`` (or
@@ -184,7 +185,7 @@ def strategy_lines(store: Store, retriever: Retriever, user_id: str, query: str,
             for s in chosen]
 
 
-def voe_lines(store: Store, user_id: str, query: str, *, k: int, min_score: float
+def voe_lines(store: MemoryStore, user_id: str, query: str, *, k: int, min_score: float
               ) -> list[MemoryLine]:
     """The pending expectation of the user's next message, then the VoE facts that match
     its needed-info keywords or the query's content words best (``VoEFacts.search``)."""
@@ -279,13 +280,13 @@ def _assemble(order: Sequence[str], packed: dict[str, PackedContext]) -> str:
                        if packed[ly].text)
 
 
-def _has(store: Store, user_id: str, kinds: Sequence[str]) -> bool:
+def _has(store: MemoryStore, user_id: str, kinds: Sequence[str]) -> bool:
     """Whether the tenant holds an item of any of ``kinds`` (a layer without one skips
     its search)."""
     return any(store.kind_items(user_id, kind, limit=1) for kind in kinds)
 
 
-def build_context(store: Store, user_id: str, query: str, *, budget: int = 600,
+def build_context(store: MemoryStore, user_id: str, query: str, *, budget: int = 600,
                   layers: Sequence[str] = LAYERS, retriever: Retriever | None = None,
                   router: Router | None = None,
                   count_tokens: Callable[[str], int] | None = None,

@@ -43,7 +43,7 @@ def _answerer(options: dict[str, Any]) -> dspy.Module:
     from .answer import AnswerSettings, PersonalAnswerer
 
     return PersonalAnswerer(settings=AnswerSettings.model_validate(options.get("settings", {})),
-                            qa=_qa(options))  # type: ignore[arg-type]
+                            qa=_qa(options))
 
 
 def _extractor(options: dict[str, Any]) -> dspy.Module:

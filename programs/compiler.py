@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 import dspy
-from memstrata.memory import Embedder, SearchWeights, Store
+from memstrata.memory import Embedder, MemoryStore, SearchWeights
 from memstrata.trajectories import Recorder
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
@@ -309,7 +309,7 @@ class ProgramTask(ABC):
         """The program's metric with feedback (``programs.metrics``)."""
 
     @abstractmethod
-    def sets(self, store: Store, data: SplitData, limit: int | None) -> CompileSets:
+    def sets(self, store: MemoryStore, data: SplitData, limit: int | None) -> CompileSets:
         """Load what the train and validation units need into ``store`` and build their
         examples (at most ``limit`` a set). Every example carries an ``id``.
 
@@ -328,7 +328,7 @@ class ProgramTask(ABC):
         recipe a reused program file must match."""
         return {}
 
-    def running(self, store: Store) -> AbstractContextManager[None]:
+    def running(self, store: MemoryStore) -> AbstractContextManager[None]:
         """A context the optimizers run in (the program's live resources bound for every
         copy they make, when it has any)."""
         return nullcontext()
@@ -445,7 +445,7 @@ class CompileJob:
                 "limit": self.limit, "budget": self.budget.model_dump(), **self.task.options()}
 
 
-def compile_program(job: CompileJob, store: Store, *, progress: bool = True) -> CompileResult:
+def compile_program(job: CompileJob, store: MemoryStore, *, progress: bool = True) -> CompileResult:
     """Compile ``job.task``'s program with ``job.optimizer`` and write it to ``job.out``.
 
     What the train and validation units need is loaded into ``store`` and the compile is

@@ -29,11 +29,11 @@ import json
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from memstrata.memory import MemoryStore
 from memstrata.memory.bank import ConsolidationPolicy
-from memstrata.memory.runs import RunRecord, StepRecord
+from memstrata.memory.runs import RunRecord
 from memstrata.trajectories.loop import learn
 from pydantic import BaseModel, Field
 
@@ -103,7 +103,7 @@ def attempt_of(run: Any, *, store: MemoryStore, user_id: str, task: str | None, 
         run = record
     if isinstance(run, RunRecord):
         found_task, run_id = run.task, run.id
-        steps = cast(list[StepRecord], store.runs.steps(user_id, run.id))
+        steps = store.runs.steps(user_id, run.id)
         trajectory = "\n".join(f"{s.idx + 1}. {s.kind} {s.name}: {s.input} -> {s.output}"
                                for s in steps)
         answer = _text(run.output) if run.output is not None else ""

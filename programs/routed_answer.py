@@ -28,9 +28,9 @@ import threading
 from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from memstrata.memory import Filters, Hit, Retriever, Store
+from memstrata.memory import Filters, Hit, MemoryStore, Retriever
 from memstrata.memory.cognitive.whole import WholeMemory
 from memstrata.memory.dates import DateStyle, parse_day, render_day
 from memstrata.memory.guarded import guarded
@@ -43,6 +43,8 @@ from .effort import checked_intent
 from .errors import ProgramParseError
 from .reasoning import AdaptiveReasoner, ReasoningTrace
 from .verb_calls import counting_calls
+
+T = TypeVar("T")
 
 RouteChoice = Literal["auto", "rules", "answerer", "reasoner"]
 ROUTES: tuple[str, ...] = ("auto", "rules", "answerer", "reasoner")
@@ -73,7 +75,7 @@ class ReadAwareRetriever:
     filter alone would leave it out). One extra search, only when the tenant has read
     something."""
 
-    def __init__(self, retriever: Retriever, store: Store) -> None:
+    def __init__(self, retriever: Retriever, store: MemoryStore) -> None:
         self.retriever = retriever
         self.store = store
 
@@ -125,7 +127,7 @@ def choose_path(question: str, route: RouteChoice, reasoner: AdaptiveReasoner
     return ("answerer" if intent == "simple_recall" else "reasoner"), intent, said
 
 
-def answer_routed(question: str, user_id: str, *, store: Store, answerer: PersonalAnswerer,
+def answer_routed(question: str, user_id: str, *, store: MemoryStore, answerer: PersonalAnswerer,
                   reasoner: AdaptiveReasoner, retriever: Retriever, router: Router,
                   lm: object, count_tokens: Callable[[str], int],
                   lock: threading.RLock | None = None,
@@ -141,15 +143,16 @@ def answer_routed(question: str, user_id: str, *, store: Store, answerer: Person
     if not question.strip():
         raise ValueError("the question is empty")
 
-    def safe(obj: object) -> object:
+    def safe(obj: T) -> T:
         return guarded(obj, lock) if lock is not None else obj
 
     with counting_calls(lm) as counter:
         path, intent, said = choose_path(question, route, reasoner)
         if path == "answerer":
             sources = AnswerSources(
+                # The answerer calls only ``search``, which ReadAwareRetriever has.
                 store=store, retriever=safe(ReadAwareRetriever(retriever, store)),  # type: ignore[arg-type]
-                router=safe(router), count_tokens=count_tokens)  # type: ignore[arg-type]
+                router=safe(router), count_tokens=count_tokens)
             pred = answerer(question=question, user_id=user_id, conversation_id=conversation_id,
                             now=now, sources=sources)
             result = RoutedAnswer.model_validate({
@@ -159,13 +162,13 @@ def answer_routed(question: str, user_id: str, *, store: Store, answerer: Person
             mind = WholeMemory(store, user_id, retriever=retriever, lock=lock)
             pred = reasoner(question=question, mind=mind, intent=said or None)
             result = _from_reasoner(question, user_id, pred.answer, pred.trace, store,
-                                    safe(router), lock, answerer, conversation_id, now)  # type: ignore[arg-type]
+                                    safe(router), lock, answerer, conversation_id, now)
     result.llm_calls = counter.calls
     return result
 
 
 def _from_reasoner(question: str, user_id: str, answer: str, trace: ReasoningTrace,
-                   store: Store, router: Router, lock: threading.RLock | None,
+                   store: MemoryStore, router: Router, lock: threading.RLock | None,
                    answerer: PersonalAnswerer, conversation_id: str | None,
                    now: datetime | None) -> RoutedAnswer:
     """The reasoner's answer as a :class:`RoutedAnswer` (evidence: the facts it used, or
@@ -195,7 +198,7 @@ def _from_reasoner(question: str, user_id: str, answer: str, trace: ReasoningTra
         reasoning=trace)
 
 
-def _refs(store: Store, user_id: str, ids: list[str]) -> dict[str, EvidenceRef]:
+def _refs(store: MemoryStore, user_id: str, ids: list[str]) -> dict[str, EvidenceRef]:
     """Each store id as the evidence ref the answerer would give it."""
     out: dict[str, EvidenceRef] = {}
     for node_id in ids:

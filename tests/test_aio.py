@@ -105,3 +105,26 @@ def test_a_verb_never_blocks_the_event_loop(tmp_path: Path) -> None:
 def test_wraps_only_a_memory() -> None:
     with pytest.raises(TypeError, match="wraps a Memory"):
         AsyncMemory("memstrata.db")  # type: ignore[arg-type]
+
+
+def test_open_is_awaited_or_used_as_a_context_manager(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+
+    async def main() -> tuple[list[str], bool]:
+        async with AsyncMemory.open(path, embedder=None) as m:
+            await m.add("I moved to Lisbon in May", user_id="ana")
+            inside = m
+        closed = False
+        try:
+            await inside.search("Lisbon", user_id="ana")
+        except Exception:
+            closed = True  # the block closed the store
+        again = await AsyncMemory.open(path, embedder=None)
+        try:
+            hits = await again.search("Lisbon", user_id="ana")
+        finally:
+            await again.close()
+        return [h.text for h in hits], closed
+
+    texts, closed = asyncio.run(main())
+    assert texts == ["I moved to Lisbon in May"] and closed

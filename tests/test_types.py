@@ -36,7 +36,12 @@ def test_every_mapped_folder_is_checked_under_its_package_name() -> None:
 @pytest.mark.parametrize(("code", "revealed"), [
     ('from memstrata import Memory\nm = Memory.open("x.db")\nreveal_type(m)',
      "memstrata.api.Memory"),
-    ("import memstrata\nreveal_type(memstrata.Memory)", "def (store: memstrata.memory.store"),
+    # Memory and Retriever take any backend: the MemoryStore protocol, not SQLite's Store.
+    ("import memstrata\nreveal_type(memstrata.Memory)",
+     "def (store: memstrata.memory.store.protocol.MemoryStore, *"),
+    ("from memstrata.memory import Retriever\nreveal_type(Retriever.__init__)",
+     "def (self: memstrata.memory.retrieval.Retriever, store: "
+     "memstrata.memory.store.protocol.MemoryStore,"),
     ("from memstrata import AsyncMemory\nasync def main() -> None:\n"
      "    reveal_type(await AsyncMemory.open('x.db'))", "memstrata.aio.AsyncMemory"),
     ("from memstrata import MemstrataError, StoreError\n"

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, time
 from typing import Annotated
 
 import dspy
-from memstrata.memory import Retriever, Store
+from memstrata.memory import MemoryStore, Retriever
 from memstrata.memory.cognitive.reading import sentences
 from memstrata.programs.structured import StructuredPredict
 from pydantic import StringConstraints
@@ -52,7 +52,7 @@ class PlainAnswerer(dspy.Module):
         super().__init__()
         self.respond = StructuredPredict(AnswerPlain, "baseline.answer")
 
-    def forward(self, question: str, store: Store, retriever: Retriever, user_id: str
+    def forward(self, question: str, store: MemoryStore, retriever: Retriever, user_id: str
                 ) -> dspy.Prediction:
         """``answer`` and ``shown`` (the ids of the passages it was given)."""
         hits = retriever.search(user_id, question, k=K, nodes=("turn",))

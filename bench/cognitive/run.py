@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
-from memstrata.memory import Retriever, Store, Turn
+from memstrata.memory import MemoryStore, Retriever, Store, Turn
 from memstrata.memory.cognitive import CognitiveMemory
 from memstrata.memory.models import Conversation, Session
 from memstrata.programs import ModelHandle, ProgramParseError
@@ -39,7 +39,7 @@ from .scoring import score
 TARGETS = {"L1": 1.0, "L2": 0.85, "L3": 0.70, "L4": 0.80, "L5": 0.90, "L6": 0.95}
 
 
-def _plain_tenant(store: Store, user: str, scenario: Scenario) -> None:
+def _plain_tenant(store: MemoryStore, user: str, scenario: Scenario) -> None:
     """The scenario's sentences as dated turns of one conversation (the baseline's)."""
     conv = f"{scenario.level}-articles"
     store.add_conversation(Conversation(id=conv, user_id=user, title=scenario.title))
@@ -135,7 +135,7 @@ def run_cognitive_bench(handle: ModelHandle, out_dir: str | Path, *,
     return doc
 
 
-def _answer(system: str, handle: ModelHandle, judge: ModelHandle | None, store: Store,
+def _answer(system: str, handle: ModelHandle, judge: ModelHandle | None, store: MemoryStore,
             mind: CognitiveMemory, retriever: Retriever, door: Memory | None, plain_user: str,
             reasoner: AdaptiveReasoner, plain: PlainAnswerer, scenario: Scenario,
             question: Any) -> dict[str, Any]:

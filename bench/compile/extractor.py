@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
-from memstrata.memory import Embedder, SearchWeights, Store
+from memstrata.memory import Embedder, MemoryStore, SearchWeights, Store
 from memstrata.memory.chunking import Chunk
 from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle
 from memstrata.memory.facts import chunk_text
@@ -119,7 +119,7 @@ def _participants(chunks: Sequence[Chunk]) -> list[str]:
     return list(dict.fromkeys(t.speaker for c in chunks for t in c.turns))
 
 
-def extractor_examples(store: Store, conv: LoCoMoConversation, settings: IngestSettings
+def extractor_examples(store: MemoryStore, conv: LoCoMoConversation, settings: IngestSettings
                        ) -> list[dspy.Example]:
     """One example a chunk of ``conv`` (loaded in ``store`` as its own tenant), chunked as
     ingest chunks it (``programs.ingest.plan``), in chunk order.
@@ -153,7 +153,7 @@ def extractor_examples(store: Store, conv: LoCoMoConversation, settings: IngestS
     return out
 
 
-def compile_sets(store: Store, settings: IngestSettings, data: SplitData, *,
+def compile_sets(store: MemoryStore, settings: IngestSettings, data: SplitData, *,
                  limit: int | None) -> CompileSets:
     """Load the train and validation conversations into ``store`` (turns only, as ingest
     loads them) and build their examples (:func:`extractor_examples`), at most ``limit``
@@ -214,7 +214,7 @@ class ExtractorTask(ProgramTask):
                 "embedder": getattr(self.embedder, "name", None),
                 "weights": self.weights.model_dump() if self.weights is not None else None}
 
-    def sets(self, store: Store, data: SplitData, limit: int | None) -> CompileSets:
+    def sets(self, store: MemoryStore, data: SplitData, limit: int | None) -> CompileSets:
         return compile_sets(store, self.settings, data, limit=limit)
 
     def score(self, data: SplitData, program: ProgramRef | None, out: Path, *,
@@ -295,7 +295,7 @@ class ExtractorTask(ProgramTask):
             score=round(grounded / extracted_chunks, 4) if extracted_chunks else None,
             metrics=metrics, llm_calls=recorded, items=extracted_chunks)
 
-    def _planned(self, store: Store, convs: Sequence[LoCoMoConversation], limit: int | None
+    def _planned(self, store: MemoryStore, convs: Sequence[LoCoMoConversation], limit: int | None
                  ) -> Iterator[tuple[LoCoMoConversation, list[Chunk], int]]:
         """Each held-out conversation loaded into ``store`` as it is reached, with its
         ingest plan and how many of its chunks to extract (all, or what is left of

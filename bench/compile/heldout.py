@@ -51,8 +51,9 @@ def run_compile_bench(
                              out=out / "programs" / f"{name}.json", budget=budgets[name],
                              limit=limit) for name in optimizers}
     with Store.open(out / "compile.db") as store:
-        for name, job in jobs.items():
-            compiles[name] = reusable(job) or compile_program(job, store, progress=progress)
+        for optimizer, job in jobs.items():
+            compiles[optimizer] = (reusable(job)
+                                   or compile_program(job, store, progress=progress))
     systems: dict[str, Any] = {}
     for name in ("uncompiled", *optimizers):
         done = compiles.get(name)

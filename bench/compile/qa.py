@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
-from memstrata.memory import Embedder, Retriever, SearchWeights, Store
+from memstrata.memory import Embedder, MemoryStore, Retriever, SearchWeights
 from memstrata.programs import ModelHandle
 from memstrata.programs.answer import AnswerSources, PersonalAnswerer, answering_from
 from memstrata.programs.compiler import (
@@ -72,7 +72,7 @@ def read_split(data: str | Path, split: Split, audit: str | Path | None = None) 
     return SplitData(split=split, data=str(data), units={c.sample_id: c for c in kept})
 
 
-def qa_examples(store: Store, handle: ModelHandle, settings: QASettings,
+def qa_examples(store: MemoryStore, handle: ModelHandle, settings: QASettings,
                 questions: Sequence[Question], *, embedder: Embedder | None = None,
                 weights: SearchWeights | None = None) -> list[dspy.Example]:
     """The QA examples of ``questions``, their memories as ``bench locomo``'s memstrata
@@ -104,7 +104,7 @@ def qa_examples(store: Store, handle: ModelHandle, settings: QASettings,
     return out
 
 
-def compile_sets(store: Store, handle: ModelHandle, settings: QASettings, data: SplitData, *,
+def compile_sets(store: MemoryStore, handle: ModelHandle, settings: QASettings, data: SplitData, *,
                  limit: int | None, embedder: Embedder | None = None,
                  weights: SearchWeights | None = None) -> CompileSets:
     """Load the train and validation conversations into ``store`` (as ``bench locomo``
@@ -154,7 +154,7 @@ class QATask(ProgramTask):
                 "embedder": getattr(self.embedder, "name", None),
                 "weights": self.weights.model_dump() if self.weights is not None else None}
 
-    def sets(self, store: Store, data: SplitData, limit: int | None) -> CompileSets:
+    def sets(self, store: MemoryStore, data: SplitData, limit: int | None) -> CompileSets:
         return compile_sets(store, self.models.student, self.settings, data, limit=limit,
                             embedder=self.embedder, weights=self.weights)
 
@@ -186,13 +186,13 @@ class AnswererTask(QATask):
         return PersonalAnswerer(settings=answer_settings(self.settings),
                                 qa=QA(self.settings.style))
 
-    def sets(self, store: Store, data: SplitData, limit: int | None) -> CompileSets:
+    def sets(self, store: MemoryStore, data: SplitData, limit: int | None) -> CompileSets:
         sets = super().sets(store, data, limit)
         # The program packs its own memories; the labels stay (the metric reads them).
         return CompileSets(train=[_end_to_end(e) for e in sets.train],
                            val=[_end_to_end(e) for e in sets.val])
 
-    def running(self, store: Store) -> AbstractContextManager[None]:
+    def running(self, store: MemoryStore) -> AbstractContextManager[None]:
         return answering_from(AnswerSources.over(
             store, retriever=Retriever(store, self.embedder, self.weights),
             count_tokens=self.models.student.count_tokens))

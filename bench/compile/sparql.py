@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dspy
-from memstrata.memory import Embedder, SearchWeights, Store
+from memstrata.memory import Embedder, MemoryStore, SearchWeights
 from memstrata.programs.compiler import (
     CompileSets,
     HeldoutScore,
@@ -223,7 +223,7 @@ class SparqlTask(ProgramTask):
 
         return OntologySuite(Path(data.data), only=only)
 
-    def sets(self, store: Store, data: SplitData, limit: int | None) -> CompileSets:
+    def sets(self, store: MemoryStore, data: SplitData, limit: int | None) -> CompileSets:
         from memstrata.bench.experiments.runner import prepare_memory, task_context
         from memstrata.packers.context import EMPTY
 
@@ -245,7 +245,7 @@ class SparqlTask(ProgramTask):
             raise ValueError("the train or validation levels hold no task")
         return sets
 
-    def running(self, store: Store) -> AbstractContextManager[None]:
+    def running(self, store: MemoryStore) -> AbstractContextManager[None]:
         from memstrata.bench.experiments.ontology_suite import OntologySuite
         from memstrata.programs.executors import tools_from
         from memstrata.tools import ToolSession

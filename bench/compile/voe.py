@@ -45,7 +45,7 @@ from typing import Any
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
-from memstrata.memory import Embedder, SearchWeights, Store
+from memstrata.memory import Embedder, MemoryStore, SearchWeights
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.cache import JsonlCache
 from memstrata.programs.compiled import load_program
@@ -170,7 +170,7 @@ class VoETask(ProgramTask):
         # The context the responder is shown: the history window and the facts policy.
         return {"history_turns": self.settings.history_turns, "facts": "none (baseline arm)"}
 
-    def sets(self, store: Store, data: SplitData, limit: int | None) -> CompileSets:
+    def sets(self, store: MemoryStore, data: SplitData, limit: int | None) -> CompileSets:
         # Nothing goes into ``store``: the examples need only the replayed turns.
         def examples(ids: Sequence[str]) -> list[dspy.Example]:
             return voe_examples(voe_contexts(data.of(ids), self.settings, limit))

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-from memstrata.memory import Store, StrategyItem
+from memstrata.memory import MemoryStore, StrategyItem
 from memstrata.memory.bank import active_strategies
 
 from .records import MemoryHealth, TaskResult
@@ -40,7 +40,7 @@ def _share(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def count_strategies(store: Store, user_id: str) -> int:
+def count_strategies(store: MemoryStore, user_id: str) -> int:
     """Every strategy row of the tenant, retired ones included.
 
     Args:
@@ -110,7 +110,7 @@ def win_rate_halves(results: Sequence[TaskResult]) -> tuple[float | None, float 
             _share(sum(r.success for r in second), len(second)))
 
 
-def memory_health(store: Store, user_id: str, results: Sequence[TaskResult], *,
+def memory_health(store: MemoryStore, user_id: str, results: Sequence[TaskResult], *,
                   counted: bool = True) -> MemoryHealth:
     """Measure the strategy bank after a run.
 

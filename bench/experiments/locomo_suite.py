@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
-from memstrata.memory.store import Store
+from memstrata.memory.store.protocol import MemoryStore
 from memstrata.packers.context import Mode
 from memstrata.programs.answer_scores import score_answer
 from memstrata.programs.executors import AnswerWithTools, ExecutorRun, ExecutorSettings
@@ -57,7 +57,7 @@ class LocomoSuite(Suite):
         return [SuiteTask(id=q.qid, level=f"cat{q.category}", question=q.question)
                 for q in self._questions.values()]
 
-    def prepare(self, store: Store) -> None:
+    def prepare(self, store: MemoryStore) -> None:
         """Load the conversation (its turns are what the tools search)."""
         if not store.counts(self.user_id).get("turns"):
             load_locomo(store, [self.conv])

@@ -39,6 +39,7 @@ from memstrata.memory.embed import Embedder, default_embedder
 from memstrata.memory.models import StrategyItem
 from memstrata.memory.retrieval import Retriever
 from memstrata.memory.store import ITEM_PREFIX, Store, content_hash
+from memstrata.memory.store.protocol import MemoryStore
 from memstrata.packers.context import EMPTY, BuiltContext, ContextBuilder, check_sent
 from memstrata.programs.distill import Attempt
 from memstrata.programs.errors import ProgramParseError
@@ -80,7 +81,7 @@ def _seed_id(item: StrategyItem) -> str:
     return ITEM_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
 
 
-def _seed_bank(store: Store, suite: Suite) -> int:
+def _seed_bank(store: MemoryStore, suite: Suite) -> int:
     """Add the suite's seed pack to ``store`` (a strategy already there is skipped), each
     strategy under the same id in every store (:func:`_seed_id`). The ids are in the
     memory text the agent is shown: random ones made a compile on that text irreproducible
@@ -97,7 +98,7 @@ def _seed_bank(store: Store, suite: Suite) -> int:
     return added
 
 
-def prepare_memory(store: Store, suite: Suite, config: ExperimentConfig,
+def prepare_memory(store: MemoryStore, suite: Suite, config: ExperimentConfig,
                    embedder: Embedder | None, *, seed: bool = True
                    ) -> tuple[ContextBuilder, LayerSources, int]:
     """Make ``store`` ready for ``suite``'s tasks under ``config``, as a run does: the
@@ -240,7 +241,7 @@ class Runner:
         finally:
             store.close()
 
-    def _task(self, store: Store, builder: ContextBuilder, sources: LayerSources,
+    def _task(self, store: MemoryStore, builder: ContextBuilder, sources: LayerSources,
               index: int, task: SuiteTask) -> TaskResult:
         cfg, suite, handle = self.config, self.suite, self.handle
         started, mark = time.perf_counter(), handle.meter.mark()
@@ -298,7 +299,7 @@ class Runner:
         result.wall_s = round(time.perf_counter() - started, 3)
         return result
 
-    def _loop(self, store: Store, task: SuiteTask,
+    def _loop(self, store: MemoryStore, task: SuiteTask,
               attempts: list[tuple[ExecutorRun, list[Check], Verdict | None]],
               selected: int, used: list[str], result: TaskResult) -> None:
         """Record every rollout's verdict and, when the config learns, extract from the

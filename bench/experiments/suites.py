@@ -17,7 +17,7 @@ from typing import Any
 
 import dspy
 from memstrata.memory.models import StrategyItem
-from memstrata.memory.store import Store
+from memstrata.memory.store.protocol import MemoryStore
 from memstrata.packers.context import Mode
 from memstrata.packers.layers import LayerBudgets
 from memstrata.programs.executors import Executor, ExecutorRun, ExecutorSettings
@@ -74,7 +74,7 @@ class Suite(ABC):
     def tasks(self) -> list[SuiteTask]:
         """The tasks, in the suite's own order."""
 
-    def prepare(self, store: Store) -> None:  # noqa: B027 - most suites need no data
+    def prepare(self, store: MemoryStore) -> None:  # noqa: B027 - most suites need no data
         """Load what the tasks need into ``store`` (nothing by default)."""
 
     def sources(self, budgets: LayerBudgets | None = None) -> LayerSources:

@@ -13,9 +13,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from memstrata.memory import Store
+
+    from memstrata.api import Memory
 
 HEADLINE = ("lost_writes", "integrity_failures", "crashes", "breaches", "escapes",
             "secrets_found", "deleted_bytes_found", "parity_mismatches", "imports_losing_rows")
@@ -108,3 +113,17 @@ class Context:
     def sized(self, quick: int, full: int) -> int:
         """``quick`` in the fast slice, ``full`` otherwise."""
         return quick if self.quick else full
+
+
+def sqlite_store(memory: Memory) -> Store:
+    """The SQLite store under ``memory``: the file these checks read directly.
+
+    Raises:
+        TypeError: ``memory`` runs on another backend.
+    """
+    from memstrata.memory import Store
+
+    store = memory.store
+    if not isinstance(store, Store):
+        raise TypeError(f"this check reads an SQLite file, not a {type(store).__name__}")
+    return store

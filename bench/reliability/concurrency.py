@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .common import Context, Scenario
+from .common import Context, Scenario, sqlite_store
 from .crash import WORDS, ForkServer, Reporter, child_error, index_problems, opened, read_lines
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def check_processes(memory: Memory, lines: list[dict[str, Any]], hot: dict[str, 
                     result: Scenario) -> Counter[str]:
     """Compare the store with the workers' reports (see the module's docstring); returns
     the counts of what was reported."""
-    store = memory.store
+    store = sqlite_store(memory)
     q = store.conn.execute
     counts: Counter[str] = Counter(line["op"] for line in lines)
     rows = {r[0]: (r[1], r[2], r[3]) for r in q(
@@ -309,7 +309,7 @@ def thread_calls(memory: Memory, mine: _Thread, t: int, calls: int, seed: int,
 
 def check_threads(memory: Memory, threads: list[_Thread], result: Scenario) -> None:
     """The store must hold exactly what the threads reported."""
-    q = memory.store.conn.execute
+    q = sqlite_store(memory).conn.execute
     for user in sorted({m.user for m in threads}):
         found = q("SELECT id, text, conversation_id FROM turns WHERE user_id = ?",
                   (user,)).fetchall()
@@ -373,7 +373,7 @@ def concurrency_threads(ctx: Context) -> Scenario:
             th.join()
         wall = time.perf_counter() - started
         check_threads(memory, threads, result)
-        for what, detail in index_problems(memory.store, memory.store.embedder):
+        for what, detail in index_problems(sqlite_store(memory), memory.store.embedder):
             result.fail("integrity_failures", what, **detail)
     total: Counter[str] = Counter()
     for m in threads:
@@ -706,7 +706,7 @@ def tenancy_under_load(ctx: Context) -> Scenario:
         for actor in actors:
             kept.update(actor.kept)
         final_check(memory, kept, result)
-        for what, detail in index_problems(memory.store, memory.store.embedder):
+        for what, detail in index_problems(sqlite_store(memory), memory.store.embedder):
             result.fail("integrity_failures", what, **detail)
     counts: Counter[str] = Counter()
     for actor in actors:
@@ -736,8 +736,9 @@ def final_check(memory: Memory, kept: dict[str, tuple[int, str]], result: Scenar
     marker, and every write not deleted since is there with its last text."""
     from memstrata.memory.store.forget import tenant_tables
 
-    q = memory.store.conn.execute
-    for table in tenant_tables(memory.store):
+    store = sqlite_store(memory)
+    q = store.conn.execute
+    for table in tenant_tables(store):
         for n, user in enumerate(TENANTS):
             for row in q(f'SELECT * FROM "{table}" WHERE user_id = ?', (user,)):
                 marks = {int(m) for m in _MARK.findall(repr(row))} - {n}

@@ -65,7 +65,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import Context, Scenario
+from .common import Context, Scenario, sqlite_store
 
 if TYPE_CHECKING:
     from memstrata.memory import Embedder, Store
@@ -944,7 +944,7 @@ def build_old_store(work: Path, version: int, turns: int, seed: int) -> Migratio
             for node in ids[:5]:
                 memory.update(node, _sentence(rng, "edited"))
             memory.store.blobs.put(user, "notes", _sentence(rng, "blob", 50))
-        conn = memory.store.conn.raw
+        conn = sqlite_store(memory).conn.raw
         fts_new = _fts_rows(conn)
         texts = dict(conn.execute("SELECT id, text FROM turns").fetchall())
     downgrade(path, version)

@@ -51,7 +51,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .common import Context, Scenario
+from .common import Context, Scenario, sqlite_store
 from .fuzz import Outcome, call_capped, integrity, judge_cli, run_cli
 
 CAP_S = 20.0
@@ -147,7 +147,7 @@ def _fill_api(result: Scenario, path: Path, rng: random.Random, tally: Counter[s
     turns_before = _count(path, "turns")
     memory = Memory.open(path)
     try:
-        store = memory.store
+        store = sqlite_store(memory)
         pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
         store.conn.execute(f"PRAGMA max_page_count = {pages + rng.randint(0, 12)}")
         session = ToolSession(store, USER)

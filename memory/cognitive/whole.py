@@ -23,7 +23,8 @@ from ..guarded import guarded
 from ..models import ProspectiveItem
 from ..query import annotate_times
 from ..retrieval import Retriever
-from ..store import Filters, Store
+from ..store import Filters
+from ..store.protocol import MemoryStore
 from .base import CognitiveSettings
 from .memory import CognitiveMemory
 from .recall import Recalled, recall
@@ -44,7 +45,7 @@ class WholeMemory(CognitiveMemory):
         settings: the lifecycles' knobs.
     """
 
-    def __init__(self, store: Store, user_id: str, *, retriever: Retriever | None = None,
+    def __init__(self, store: MemoryStore, user_id: str, *, retriever: Retriever | None = None,
                  lock: threading.RLock | None = None,
                  settings: CognitiveSettings | None = None) -> None:
         super().__init__(store, user_id, settings=settings)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,9 +61,16 @@ class RecordStore(Protocol):
     @property
     def embedder(self) -> Embedder | None: ...
 
+    @embedder.setter
+    def embedder(self, value: Embedder | None) -> None: ...
+
     def transaction(self) -> AbstractContextManager[Any]: ...
 
     def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...  # closes the store
 
     def checkpoint(self) -> None: ...
 

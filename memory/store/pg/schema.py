@@ -620,7 +620,7 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
                 ddl(conn)
             else:
                 for statement in _statements(ddl):
-                    conn.execute(statement)  # type: ignore[call-overload]  # our own DDL
+                    conn.execute(statement)  # our own DDL
             if not callable(ddl) and "SECURITY DEFINER" in ddl and schema is not None:
                 # A definer function runs with the owner's rights: pin its search path, so
                 # no object of another schema can stand in for ours.
@@ -650,6 +650,13 @@ def _statements(ddl: str) -> list[str]:
     return [s.strip() for s in out if s.strip()]
 
 
+def _scalar(conn: psycopg.Connection[Any], query: str, args: tuple[Any, ...] = ()) -> Any:
+    """The one value a query of one row and one column returns."""
+    row = conn.execute(query, args).fetchone()
+    assert row is not None  # a function call's SELECT always returns its row
+    return row[0]
+
+
 def grant(conn: psycopg.Connection[Any], role: str) -> None:
     """Create the application role if missing (NOLOGIN, no BYPASSRLS), let the URL's role
     ``SET ROLE`` to it, and grant it DML on the tenant tables and :data:`SHARED_TABLES`
@@ -666,16 +673,14 @@ def grant(conn: psycopg.Connection[Any], role: str) -> None:
         with suppress(errors.DuplicateObject, errors.UniqueViolation), conn.transaction():
             conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN NOSUPERUSER NOBYPASSRLS")
                          .format(ident))  # another process may have created it just now
-    if not conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')",
-                        (role,)).fetchone()[0]:  # type: ignore[index]
+    if not _scalar(conn, "SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)):
         conn.execute(sql.SQL("GRANT {} TO {}").format(ident, sql.SQL("current_user")))
     # has_table_privilege with a list is true when any is held: ask for each.
     granted = (*TENANT_TABLES, *SHARED_TABLES)
     missing = [t for t in granted for p in ("SELECT", "INSERT", "UPDATE", "DELETE")
-               if not conn.execute("SELECT has_table_privilege(%s, %s, %s)",
-                                   (role, t, p)).fetchone()[0]]  # type: ignore[index]
+               if not _scalar(conn, "SELECT has_table_privilege(%s, %s, %s)", (role, t, p))]
     if missing:
-        schema = conn.execute("SELECT current_schema()").fetchone()[0]  # type: ignore[index]
+        schema = _scalar(conn, "SELECT current_schema()")
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}")
                      .format(sql.Identifier(schema), ident))
         conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
