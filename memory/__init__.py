@@ -1,6 +1,7 @@
 """The store: schema and migrations, items of every kind, edges, provenance, retrieval.
 
-``memory`` imports nothing else of memstrata; everything else reaches SQLite through it.
+``memory`` is the lowest layer: it imports nothing of memstrata but ``memstrata.errors``,
+and everything above reaches the store through it.
 """
 
 from .embed import (

@@ -86,8 +86,9 @@ score)`` pairs best first."""
 
 
 class SearchWeights(BaseModel):
-    """Fusion knobs. Channel weights multiply RRF terms; boosts multiply fused scores.
-    An unknown knob is an error."""
+    """Fusion knobs. Channel weights scale each channel's part of the fused score (under
+    either ``fusion``: ``max`` or ``rrf``); boosts multiply fused scores. An unknown knob
+    is an error."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt knob would change nothing
 

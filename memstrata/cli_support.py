@@ -108,3 +108,14 @@ def csv_list(raw: str | None, what: str, cast: type = str) -> list[Any] | None:
 
 __all__ = ["add_embedder_arg", "audit_beside", "audit_path", "csv_list", "embedder_from_flag",
            "one_line", "print_report", "weights_from_json"]
+
+
+def port_number(raw: str) -> int:
+    """An argparse type: a TCP port, 1-65535."""
+    try:
+        port = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {raw!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, not {port}")
+    return port

@@ -8,6 +8,7 @@ import contextlib
 import os
 import sys
 
+from memstrata.cli_support import port_number
 from memstrata.memory.store.opener import describe, store_missing
 
 DEFAULT_TOKEN_ENV = "MEMSTRATA_MCP_TOKEN"
@@ -93,7 +94,7 @@ def add_mcp_parser(sub: argparse._SubParsersAction, default_db: str) -> None:
     p.add_argument("--caps", help='tool caps as JSON, e.g. \'{"max_get": 3}\' (see ToolCaps)')
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                    help="stdio (default), or streamable HTTP on 127.0.0.1 with a bearer token")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                    help=f"HTTP port on 127.0.0.1 (default {DEFAULT_PORT})")
     p.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="VAR",
                    help=f"environment variable holding the HTTP bearer token (default "

@@ -9,6 +9,7 @@ import json
 import sys
 from typing import Any
 
+from memstrata.cli_support import port_number
 from memstrata.memory.store.opener import describe, store_missing
 from memstrata.memory_commands import NotFound, no_store
 
@@ -30,16 +31,6 @@ def _size(raw: str) -> int:
     if value < 1024:
         raise argparse.ArgumentTypeError(f"a body limit under 1k is too small: {raw!r}")
     return value
-
-
-def _port(raw: str) -> int:
-    try:
-        port = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port: {raw!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 1-65535, not {port}")
-    return port
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -137,7 +128,7 @@ def add_server_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
     p.add_argument("--db", default=default_db, help=db_help + "; created if missing")
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to listen on (default {DEFAULT_HOST})")
-    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--lm", help="extract facts and answer with this model (e.g. "
                    "local/qwen2.5-coder-1.5b or any litellm provider/model)")

@@ -13,6 +13,7 @@ import ipaddress
 import sys
 from typing import TYPE_CHECKING, Any
 
+from memstrata.cli_support import port_number
 from memstrata.memory.store.opener import describe, store_missing
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def add_ui_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ui", help="browse a store's memories in a web browser (the inspector)",
                        description=cmd_ui.__doc__)
     p.add_argument("--db", required=True, help="store file or postgresql:// URL")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                    help=f"port to listen on (default {DEFAULT_PORT})")
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to listen on (default {DEFAULT_HOST}; another than a "

@@ -25,7 +25,6 @@ run's answer or failure is kept as it is).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
@@ -35,6 +34,7 @@ from memstrata.memory import MemoryStore
 from memstrata.memory.bank import ConsolidationPolicy
 from memstrata.memory.runs import RunRecord
 from memstrata.trajectories.loop import learn
+from memstrata.trajectories.recorder import as_text
 from pydantic import BaseModel, Field
 
 from .distill import Attempt, ExtractionPolicy
@@ -60,34 +60,26 @@ class Lesson(BaseModel):
     run_id: str | None = None
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
-
 
 def render_react(trajectory: Mapping[str, Any]) -> str:
     """A ReAct trajectory dict as numbered steps: thought, tool call, observation."""
     lines: list[str] = []
     n = 0
     while f"thought_{n}" in trajectory or f"tool_name_{n}" in trajectory:
-        lines.append(f"{n + 1}. thought: {_text(trajectory.get(f'thought_{n}', ''))}")
+        lines.append(f"{n + 1}. thought: {as_text(trajectory.get(f'thought_{n}', ''))}")
         lines.append(f"   call: {trajectory.get(f'tool_name_{n}', '')}"
-                     f"({_text(trajectory.get(f'tool_args_{n}', {}))})")
-        lines.append(f"   observation: {_text(trajectory.get(f'observation_{n}', ''))}"[:1500])
+                     f"({as_text(trajectory.get(f'tool_args_{n}', {}))})")
+        lines.append(f"   observation: {as_text(trajectory.get(f'observation_{n}', ''))}"[:1500])
         n += 1
-    return "\n".join(lines) if lines else _text(dict(trajectory))
+    return "\n".join(lines) if lines else as_text(dict(trajectory))
 
 
 def _trajectory(value: Any) -> str:
     if isinstance(value, Mapping):
         return render_react(value)
     if isinstance(value, list | tuple):
-        return "\n".join(f"{n}. {_text(step)}" for n, step in enumerate(value, 1))
-    return _text(value)
+        return "\n".join(f"{n}. {as_text(step)}" for n, step in enumerate(value, 1))
+    return as_text(value)
 
 
 def attempt_of(run: Any, *, store: MemoryStore, user_id: str, task: str | None, success: bool,
@@ -106,18 +98,18 @@ def attempt_of(run: Any, *, store: MemoryStore, user_id: str, task: str | None, 
         steps = store.runs.steps(user_id, run.id)
         trajectory = "\n".join(f"{s.idx + 1}. {s.kind} {s.name}: {s.input} -> {s.output}"
                                for s in steps)
-        answer = _text(run.output) if run.output is not None else ""
+        answer = as_text(run.output) if run.output is not None else ""
     elif isinstance(run, str):
         trajectory = run
     elif isinstance(run, Mapping):
         found_task = run.get("task")
         trajectory = _trajectory(run.get("trajectory", ""))
-        answer = _text(run.get("answer", ""))
+        answer = as_text(run.get("answer", ""))
     elif hasattr(run, "trajectory"):  # a dspy.Prediction of ReAct (or alike)
         trajectory = _trajectory(run.trajectory)
         fields = {k: v for k, v in dict(run.items()).items() if k != "trajectory"} \
             if hasattr(run, "items") else {}
-        answer = "; ".join(f"{k}: {_text(v)}" for k, v in fields.items())
+        answer = "; ".join(f"{k}: {as_text(v)}" for k, v in fields.items())
     else:
         raise ValueError("a run is a dspy.Prediction with a trajectory, a recorded run (its "
                          "id or RunRecord), a dict with 'trajectory', or the trajectory as "

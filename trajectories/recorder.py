@@ -34,7 +34,9 @@ from .redact import redact, redact_text
 PREVIEW_CHARS = 2000
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A value as the text a run step shows: a string as it is, None as empty, anything
+    else as JSON (or its repr when it is not JSON)."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -96,10 +98,10 @@ class Recorder:
              output_chars: int | None = None) -> StepRecord:
         """Add a step: ``retrieve``, ``pack``, ``inject``, ``iteration``, ``code``, ``tool``,
         ``llm`` or ``verdict`` (any name works; these are the ones memstrata writes)."""
-        full = _text(output)
+        full = as_text(output)
         step = StepRecord(
             run_id=self.run_id, idx=len(self.steps), kind=kind, name=name,
-            input=redact_text(_text(input))[: self.preview_chars],
+            input=redact_text(as_text(input))[: self.preview_chars],
             output=redact_text(full)[: self.preview_chars],
             output_chars=len(full) if output_chars is None else output_chars,
             data=redact(data or {}), ms=None if ms is None else round(ms, 3), at=utcnow())

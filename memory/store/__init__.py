@@ -36,31 +36,23 @@ Example:
   cognitive lifecycles (``memory/cognitive/``) ask;
 - ``tenants``: a tenant's rows for an export and its kept versions restored on an import
   (``formats/dump.py``);
-- ``versions``, ``forget``, ``blobs``: the kept versions of turns and items, forgetting a
-  tenant in every table, and ``store.blobs`` (moved from ``memory/``, whose modules of
-  those names re-export them);
+- ``versions``, ``forget``, ``blobs``, ``jobs``, ``keys``: the kept versions of turns and
+  items, forgetting a tenant in every table, ``store.blobs``, the extraction job queue
+  (``store.jobs``) and the API keys (``store.keys``);
 - this module: ``Store`` itself, with the two methods that span turns and items
   (``history``, ``forget_user``).
 
-Why mixins composed into one class, not one object per part: callers reach every part
-through one ``Store`` (``store.turns``, ``store.lexical_refs``, ``store.conn``, and
-``_q``/``_cached`` from ``blobs.py`` and ``memory/runs.py``), and the parts
-share one connection, one lock, one transaction depth and one cache. Mixins keep that one
-object and its API unchanged while each module holds one part's SQL, so a second backend
-(PostgreSQL, issue 22) can replace the engine-specific parts module by module; each
-module's docstring says what in it is SQLite-specific. The mixins form a chain
-(``StoreConnection`` <- ``NodeLookups`` <- ``VectorStore`` <- ``ConversationStore`` and
-``ItemStore`` <- ``KindQueries``; ``LexicalSearch`` on ``NodeLookups``; ``EdgeStore``,
-``FilterQueries`` and ``TenantRows`` on ``StoreConnection``) so every method a mixin calls
-on ``self`` is declared in one of its bases. Every name this module exported before the
-split (``Store``, ``Filters``, ``Facets``, ``Ref``, ``node_type``, ``tenant_token``, ...) is
-still exported here.
+The mixins share one connection, one lock, one transaction depth and one cache, which is
+why they are composed into one class rather than kept as separate objects. They form a
+chain (``StoreConnection`` <- ``NodeLookups`` <- ``VectorStore`` <- ``ConversationStore``
+and ``ItemStore`` <- ``KindQueries``; ``LexicalSearch`` on ``NodeLookups``; ``EdgeStore``,
+``FilterQueries`` and ``TenantRows`` on ``StoreConnection``), so every method a mixin
+calls on ``self`` is declared in one of its bases.
 
-The backend interface is ``protocol.py`` (``MemoryStore``: every method code above the
-store calls, in three parts); ``Store`` satisfies all of it. ``pg/`` is the PostgreSQL
-backend (issue 22), which satisfies the ``RecordStore`` part so far and is not yet reachable
-from ``Memory.open`` or ``--db``; it needs the ``postgres`` extra and nothing here imports
-it."""
+The backend interface is ``protocol.py`` (``MemoryStore``, in three parts); ``Store``
+satisfies all of it, and so does the PostgreSQL backend in ``pg/`` (``Memory.open`` and
+every ``--db`` take a ``postgresql://`` URL; it needs the ``postgres`` extra, and nothing
+here imports it)."""
 
 from __future__ import annotations
 
