@@ -76,6 +76,7 @@ def _qa(locomo: Path, audit: Path | None, handle: ModelHandle, embedder: Embedde
     return {
         "model": doc["model"],
         "questions": len(qids),
+        "asked": systems["memstrata"]["questions"],
         "systems": {s: {"f1": systems[s]["f1"]["overall"], "interval": mean_interval(per[s]),
                         "tokens_per_question": systems[s]["tokens_per_question"]}
                     for s in QA_SYSTEMS},
@@ -189,8 +190,8 @@ def main_markdown(doc: dict[str, Any]) -> str:
         lines += [f"- `{e['id']}` {e['speaker']}, {e['when']}: {e['text'][:200]}"
                   for e in ex["evidence"]] + [""]
     qa = doc["qa"]
-    lines += [f"## 3. LoCoMo question answering ({qa['questions']} questions, "
-              f"{qa['model']}, F1 with 95% intervals)", "",
+    lines += [f"## 3. LoCoMo question answering ({qa['asked']} questions, F1 on the "
+              f"{qa['questions']} of categories 1-4; {qa['model']}; 95% intervals)", "",
               "| system | F1 | prompt tokens / question |", "|---|---|---:|"]
     for name, row in qa["systems"].items():
         lines.append(f"| {name} | {row['f1']:.3f}{_span(row['interval'])} | "
