@@ -310,7 +310,11 @@ class Memory:
         with self._lock, self.store.transaction():
             convs = ([conversation_id] if conversation_id
                      else self.store.conversation_ids(user_id))
-            self.store.jobs.retry_failed(user_id, conversation_id)
+            # With an LM this call runs (and reports) the retry itself: the jobs are held
+            # from the workers, which would otherwise race it for them.
+            self.store.jobs.retry_failed(
+                user_id, conversation_id,
+                hold_s=self.extraction.lease_s if self.lm is not None else 0.0)
             for conv in convs:
                 self._extract(user_id, conv, full_only=False)
         if self.lm is None:

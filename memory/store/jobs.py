@@ -234,14 +234,18 @@ class Jobs(StoreTables):
                 " WHERE id = ? AND user_id = ? AND status = 'running' AND lease_owner = ?",
                 (stamp(), stamp(), job_id, user_id, owner)) > 0
 
-    def retry_failed(self, user_id: str, conversation_id: str | None = None) -> int:
+    def retry_failed(self, user_id: str, conversation_id: str | None = None, *,
+                     hold_s: float = 0.0) -> int:
         """Make the tenant's parked (``failed``) jobs ``pending`` again with their attempts
-        reset (what ``flush`` does before extracting); returns how many."""
+        reset (what ``flush`` does before extracting); returns how many. ``hold_s`` keeps
+        them from workers that take only due jobs for that long, so the caller that
+        retries them (taking jobs whether due or not) runs them itself."""
         where, args = self._scope(user_id, conversation_id, "")
         with self.store.transaction():
             return self._change(
                 user_id, "UPDATE jobs SET status = 'pending', attempts = 0, run_after = ?,"
-                f" updated_at = ? WHERE status = 'failed'{where}", (stamp(), stamp(), *args))
+                f" updated_at = ? WHERE status = 'failed'{where}",
+                (stamp(after_s=hold_s), stamp(), *args))
 
     # -- reading --------------------------------------------------------------------------
 
