@@ -1,18 +1,21 @@
-"""An MCP server over one tenant's memory: the handle tools and ``answer``, bound to one
-user exactly as ``ToolSession`` binds them.
+"""An MCP server over one tenant's memory: the handle tools and ``Memory``'s verbs, bound
+to one user exactly as ``ToolSession`` binds them.
 
 Contracts:
 
 - The tools are ``ToolSession(store, user).handle_tools()`` (``ctx_stats``, ``ctx_peek``,
   ``ctx_slice``, ``ctx_find``, ``mem_search``, ``mem_get``, ``mem_quote``, ``mem_add``,
-  ``event_log``), published with their own signatures and docstrings, plus ``answer``
-  when the memory has an LM. No tool takes a user: the tenant is fixed when the server
-  starts, and an argument a tool does not declare (``user_id``...) is refused.
-- The caps and refusals are the session's: a refusal reaches the client as a tool error
-  (``isError``) carrying the refusal's message; results are JSON objects (structured
+  ``event_log``), published with their own signatures and docstrings, the verbs
+  ``context``, ``read`` and ``learn``, and ``answer`` and ``expect`` when the memory has
+  an LM (each verb with an agent-facing description, :data:`VERB_DOCS`). No tool takes a
+  user: the tenant is fixed when the server starts, and an argument a tool does not
+  declare (``user_id``...) is refused.
+- The caps and refusals are the session's (and the verbs' own: ``MAX_CONTEXT_BUDGET``,
+  ``MAX_READ_CHARS``, ...): a refusal reaches the client as a tool error
+  (``isError``) carrying the refusal's message; results are bounded JSON objects (structured
   content, and the same JSON as text).
 - Every call is one run in the store's run tables (program ``mcp.<tool>``), with the
-  tool call as its step; ``answer`` records its LLM calls and tokens as ``usage``. One
+  tool call as its step; a verb records its LLM calls and tokens as ``usage``. One
   run per call, not per client session: the client's task is not known here, a session
   may last for days and usually ends by the process being killed, and the recorder
   writes a run's steps when it closes, so a session-long run would stay ``running``
@@ -59,12 +62,30 @@ if TYPE_CHECKING:
 SERVER_NAME = "memstrata"
 LOOPBACK = "127.0.0.1"
 HANDLE_TOOL_NAMES: tuple[str, ...] = tuple(fn.__name__ for fn in HANDLE_TOOLS)
-WRITE_TOOLS = frozenset({"mem_add", "event_log"})
+VERB_TOOL_NAMES: tuple[str, ...] = ("context", "read", "learn")
+"""The memory verbs offered as tools with or without an LM."""
+LM_TOOL_NAMES: tuple[str, ...] = ("answer", "expect")
+"""The verbs offered only when the memory has an LM."""
+WRITE_TOOLS = frozenset({"mem_add", "event_log", "read", "learn", "expect"})
 MAX_CONVERSATION_ID_CHARS = 256
+MAX_CONTEXT_BUDGET = 4000
+"""The largest ``context`` budget a tool call may ask for, in tokens."""
+MAX_READ_CHARS = 100_000
+"""The longest document ``read`` takes through a tool call."""
+MAX_LABEL_CHARS = 300
+"""The longest ``title``, ``source`` or ``when`` of ``read``."""
+MAX_TRAJECTORY_CHARS = 50_000
+"""The longest trajectory ``learn`` takes through a tool call."""
+MAX_USED = 50
+"""The most strategy ids one ``learn`` call may name as used."""
+MAX_LISTED_IDS = 50
+"""The most ids of one kind a verb's result lists (the rest are counted)."""
+QUOTE_CHARS = 500
+"""What ``expect`` quotes of the expected and the actual message."""
 
 _ANSWER_FIELDS = ("question", "answer", "abstained", "answered_by", "reason", "evidence",
                   "evidence_from", "sources", "speakers", "about", "conversation_id",
-                  "confidence")
+                  "confidence", "path", "intent", "llm_calls")
 """What ``answer`` returns of ``AnswerWithProvenance``: the answer and what it rests on,
 not the router's and verifier's internals (kept in the run record instead)."""
 
@@ -77,6 +98,50 @@ Args:
     conversation_id: only this conversation (default: all of the user's).
 """
 """``answer``'s description as agents see it (the method's own docstring is for callers)."""
+
+VERB_DOCS: dict[str, str] = {
+    "answer": ANSWER_DOC,
+    "context": """This user's memory for a query as one block to read before answering:
+what was said, what was read, procedures, strategies from past runs, what to expect of
+the user and reminders, each line opening with [id · speaker or source · date].
+
+Args:
+    query: what the block is for (the user's message or your question).
+    budget: the most tokens the block takes (at most 4000).
+    layers: some of conversation, semantic, procedures, strategies, voe, intentions
+        (default: all).
+    conversation_id: route what was said to this conversation.
+""",
+    "read": """Read a document (an article, a tutorial, a report) into this user's
+memory: its sentences become facts, a numbered list of steps a procedure; context,
+answer and mem_search find them afterwards.
+
+Args:
+    text: the document (at most 100,000 characters).
+    title: its title.
+    source: who published it.
+    when: its date (ISO 8601).
+""",
+    "learn": """Learn from a finished task: what worked (success) or what to avoid
+(failure) becomes a strategy that later context calls show.
+
+Args:
+    task: what the task was.
+    success: whether the task succeeded, by your own check.
+    trajectory: what you did, step by step (at most 50,000 characters).
+    answer: the answer you gave.
+    used: the strategy ids the context you worked from showed.
+    rationale: why the task succeeded or failed.
+""",
+    "expect": """After you replied to the user (both messages stored), check what the
+user last said against what was expected, learn from a surprise, and predict the user's
+next message; context shows the prediction afterwards.
+
+Args:
+    conversation_id: the conversation (default: 'default').
+""",
+}
+"""The verbs' descriptions as agents see them."""
 
 
 class TenantTools:
@@ -115,14 +180,16 @@ class TenantTools:
 
     @property
     def names(self) -> list[str]:
-        """The tools offered: the handle tools, and ``answer`` when there is an LM."""
-        return [*HANDLE_TOOL_NAMES, *(["answer"] if self.memory.lm is not None else [])]
+        """The tools offered: the handle tools, ``context``, ``read`` and ``learn``, and
+        ``answer`` and ``expect`` when there is an LM."""
+        lm = self.memory.lm is not None
+        return [*HANDLE_TOOL_NAMES, *VERB_TOOL_NAMES, *(LM_TOOL_NAMES if lm else ())]
 
     def signature(self, name: str) -> tuple[inspect.Signature, dict[str, Any], str]:
         """A tool's agent-facing signature with its annotations resolved to types (what a
         schema is built from), those annotations by name, and its docstring."""
-        if name == "answer":
-            fn, doc = TenantTools.answer, ANSWER_DOC
+        if name in VERB_DOCS:
+            fn, doc = getattr(TenantTools, name), VERB_DOCS[name]
         else:
             fn = next(f for f in HANDLE_TOOLS if f.__name__ == name)
             doc = inspect.getdoc(fn) or ""
@@ -141,8 +208,8 @@ class TenantTools:
             ToolError: a refusal (over a cap, unknown id or key, bad argument), or a tool
                 this server does not offer.
         """
-        if name == "answer":
-            return self.answer(**kwargs)
+        if name in VERB_DOCS and name in self.names:
+            return cast(dict[str, Any], getattr(self, name)(**kwargs))
         tool = self._bound.get(name)
         if tool is None:
             raise ToolError(f"no tool {name!r}; tools: {', '.join(self.names)}")
@@ -188,6 +255,131 @@ class TenantTools:
             result = out.model_dump(mode="json", include=set(_ANSWER_FIELDS))
             rec.step("retrieve", "answer", input=question, data={"ids": out.retrieved})
             rec.finish(output=result, usage=handle.meter.since(mark).model_dump())
+            return result
+
+    def context(self, query: str, budget: int = 600, layers: list[str] | None = None,
+                conversation_id: str | None = None) -> dict[str, Any]:
+        """``Memory.context`` for the bound tenant: the block, its ids and each layer's
+        ids and tokens (no LLM call).
+
+        Raises:
+            ToolError: a query over the query cap, a budget over
+                :data:`MAX_CONTEXT_BUDGET`, an unknown layer, a bad conversation id.
+        """
+        def run() -> dict[str, Any]:
+            _check_text_arg("context", "query", query, self.session.caps.max_query_chars)
+            check_cap("context", _whole(budget, "budget"), MAX_CONTEXT_BUDGET, "a budget of")
+            _check_conversation("context", conversation_id)
+            ctx = self.memory.context(query, user_id=self.user_id, budget=budget,
+                                      layers=layers, conversation_id=conversation_id)
+            return {"text": ctx.text, "ids": ctx.ids, "tokens": ctx.tokens,
+                    "budget": ctx.budget,
+                    "layers": {n: {"ids": u.ids, "tokens": u.tokens}
+                               for n, u in ctx.layers.items()}}
+
+        return self._verb("context", query, run)
+
+    def read(self, text: str, title: str | None = None, source: str | None = None,
+             when: str | None = None) -> dict[str, Any]:
+        """``Memory.read`` for the bound tenant: the ids it wrote (at most
+        :data:`MAX_LISTED_IDS` facts listed, all counted).
+
+        Raises:
+            ToolError: empty text, text over :data:`MAX_READ_CHARS`, a label over
+                :data:`MAX_LABEL_CHARS`, a date that does not parse.
+        """
+        def run() -> dict[str, Any]:
+            _check_text_arg("read", "text", text, MAX_READ_CHARS)
+            for name, value in (("title", title), ("source", source), ("when", when)):
+                if value is not None:
+                    _check_text_arg("read", name, value, MAX_LABEL_CHARS)
+            report = self.memory.read(text, user_id=self.user_id, title=title,
+                                      source=source, when=when)
+            return {"episode_id": report.episode_id, "procedure_id": report.procedure_id,
+                    "facts": report.facts[:MAX_LISTED_IDS], "facts_total": len(report.facts),
+                    "triggered": report.triggered[:MAX_LISTED_IDS]}
+
+        return self._verb("read", title or source or text, run)
+
+    def learn(self, task: str, success: bool, trajectory: str = "", answer: str = "",
+              used: list[str] | None = None, rationale: str = "") -> dict[str, Any]:
+        """``Memory.learn`` for the bound tenant (by the LM when there is one, else
+        from the trace): the strategies written and the decisions taken.
+
+        Raises:
+            ToolError: no task, a text over its cap, more than :data:`MAX_USED` ids, or
+                a model whose output could not be parsed.
+        """
+        def run() -> dict[str, Any]:
+            _check_text_arg("learn", "task", task, self.session.caps.max_query_chars)
+            if not isinstance(success, bool):
+                raise ToolError("learn: success must be true or false")
+            for name, value in (("trajectory", trajectory), ("answer", answer),
+                                ("rationale", rationale)):
+                _check_text_arg("learn", name, value, MAX_TRAJECTORY_CHARS, empty=True)
+            ids = list(used or [])
+            check_cap("learn", len(ids), MAX_USED, "a list of used ids of length")
+            lesson = self.memory.learn(
+                {"task": task, "trajectory": trajectory, "answer": answer},
+                user_id=self.user_id, success=success, used=[str(i) for i in ids],
+                rationale=rationale)
+            return {"task": lesson.task, "success": lesson.success, "method": lesson.method,
+                    "strategies": lesson.strategies[:MAX_LISTED_IDS],
+                    "decisions": lesson.decisions[:MAX_LISTED_IDS],
+                    "used": lesson.used[:MAX_LISTED_IDS], "llm_calls": lesson.llm_calls}
+
+        return self._verb("learn", task, run)
+
+    def expect(self, conversation_id: str | None = None) -> dict[str, Any]:
+        """``Memory.expect`` for the bound tenant: the check of the user's last message
+        (quoted at most :data:`QUOTE_CHARS`), the fact a surprise taught, the new
+        prediction.
+
+        Raises:
+            ToolError: no LM, a bad conversation id, a conversation with no turn, or a
+                model whose output could not be parsed.
+        """
+        def run() -> dict[str, Any]:
+            _check_conversation("expect", conversation_id)
+            out = self.memory.expect(self.user_id, conversation_id=conversation_id)
+            checked = out.checked
+            return {"conversation_id": out.conversation_id, "id": out.id,
+                    "prediction": out.prediction, "needed_info": out.needed_info,
+                    "checked": None if checked is None else {
+                        "expected": checked.expected[:QUOTE_CHARS],
+                        "actual": checked.actual[:QUOTE_CHARS], "turn": checked.turn,
+                        "score": checked.score, "violation": checked.violation},
+                    "fact": out.fact, "fact_id": out.fact_id, "llm_calls": out.llm_calls}
+
+        return self._verb("expect", f"expect in {conversation_id or 'default'}", run)
+
+    def _verb(self, name: str, task: str, run: Callable[[], dict[str, Any]]
+              ) -> dict[str, Any]:
+        """One verb call as a run (program ``mcp.<name>``, its LLM usage counted): a
+        refusal or a bad argument becomes a ``ToolError`` with a bounded message."""
+        from memstrata.programs.errors import ProgramParseError
+
+        handle = self.memory.lm
+        with self._lock:
+            rec = self._start(name, task=str(task)[:300])
+            mark = handle.meter.mark() if handle is not None else 0
+
+            def usage() -> dict[str, Any] | None:
+                return handle.meter.since(mark).model_dump() if handle is not None else None
+
+            try:
+                result = run()
+            except (ToolError, ProgramParseError, ValueError, TypeError, KeyError,
+                    RuntimeError) as exc:
+                message = self._bounded(str(exc) if isinstance(exc, ToolError)
+                                        else f"{name}: {exc}")
+                rec.fail(message, usage=usage())
+                raise ToolError(message) from None
+            except BaseException as exc:
+                rec.fail(exc, usage=usage())
+                raise
+            rec.step("tool", name, output_chars=len(json.dumps(result, default=str)))
+            rec.finish(output=result, usage=usage())
             return result
 
     def _answer(self, question: str, conversation_id: str | None) -> Any:
@@ -239,16 +431,34 @@ def _task(name: str, kwargs: dict[str, Any]) -> str:
     return f"{name} {shown[:300]}"
 
 
+def _check_text_arg(tool: str, name: str, value: Any, most: int, *, empty: bool = False
+                    ) -> None:
+    """A text argument: a string (non-blank unless ``empty``) of at most ``most``."""
+    if not isinstance(value, str) or (not empty and not value.strip()):
+        raise ToolError(f"{tool}: {name} must be a {'' if empty else 'non-empty '}string")
+    check_cap(tool, len(value), most, f"a {name} of length")
+
+
+def _whole(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ToolError(f"{name} must be a whole number of at least 1")
+    return value
+
+
+def _check_conversation(tool: str, conversation_id: Any) -> None:
+    if conversation_id is not None and (
+            not isinstance(conversation_id, str) or not conversation_id.strip()
+            or len(conversation_id) > MAX_CONVERSATION_ID_CHARS):
+        raise ToolError(f"{tool}: conversation_id must be a non-empty string of at most "
+                        f"{MAX_CONVERSATION_ID_CHARS} characters")
+
+
 def _check_question(question: Any, conversation_id: Any, caps: ToolCaps) -> None:
     """``answer``'s arguments, refused as the tools refuse theirs (the query cap applies)."""
     if not isinstance(question, str) or not question.strip():
         raise ToolError("answer: question must be a non-empty string")
     check_cap("answer", len(question), caps.max_query_chars, "a question of length")
-    if conversation_id is not None and (
-            not isinstance(conversation_id, str) or not conversation_id.strip()
-            or len(conversation_id) > MAX_CONVERSATION_ID_CHARS):
-        raise ToolError("answer: conversation_id must be a non-empty string of at most "
-                        f"{MAX_CONVERSATION_ID_CHARS} characters")
+    _check_conversation("answer", conversation_id)
 
 
 # -- the MCP server ------------------------------------------------------------------------
@@ -294,7 +504,8 @@ def build_server(tools: TenantTools) -> MCPServer:
         published.append(spec)
     return MCPServer(SERVER_NAME, version=_version(), tools=published, log_level="WARNING",
                      instructions=f"Long-term memory of one user ({tools.user_id!r}): search "
-                     "with mem_search, then fetch with mem_get or mem_quote.")
+                     "with mem_search, then fetch with mem_get or mem_quote; or call context "
+                     "for one block of every layer.")
 
 
 def _named(name: str, doc: str, signature: inspect.Signature, hints: dict[str, Any],

@@ -47,7 +47,8 @@ METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", 
            "get")
 PATHS = ("/v1/memories", "/v1/memories/{id}", "/v1/memories/{id}/history", "/v1/search",
          "/v1/answer", "/v1/flush", "/v1/export", "/v1/me", "/v1/jobs", "/v1/jobs/{id}",
-         "/v1/wait", "/v1/admin/keys", "/v1/admin/keys/{id}", "/v1/admin/tenants",
+         "/v1/wait", "/v1/context", "/v1/read", "/v1/learn", "/v1/expect", "/v1/admin/keys",
+         "/v1/admin/keys/{id}", "/v1/admin/tenants",
          "/v1/admin/tenants/{tenant}", "/mcp", "/openapi.json", "/ui/", "/",
          "/v1", "/v1/", "/v2/search", "/v1/search/", "/v1/memories//history", "/../etc/passwd",
          "/v1/%00", "/v1/m\u00e9moires", "/v1/memories/%ff%fe", "/v1/admin")
@@ -57,7 +58,9 @@ ROUTE_METHODS = {
     "/v1/flush": ("POST",), "/v1/export": ("GET",), "/v1/me": ("GET",), "/v1/jobs": ("GET",),
     "/v1/jobs/{id}": ("GET",), "/v1/wait": ("POST",), "/v1/admin/keys": ("GET", "POST"),
     "/v1/admin/keys/{id}": ("DELETE",), "/v1/admin/tenants": ("GET",),
-    "/v1/admin/tenants/{tenant}": ("DELETE",), "/mcp": ("POST", "GET", "DELETE")}
+    "/v1/admin/tenants/{tenant}": ("DELETE",), "/mcp": ("POST", "GET", "DELETE"),
+    "/v1/context": ("POST",), "/v1/read": ("POST",), "/v1/learn": ("POST",),
+    "/v1/expect": ("POST",)}
 """The methods each route takes (the fuzzer mostly sends those, so requests get past the
 router into the handlers)."""
 ODD = ["", " ", "\x00", "\ud800", "\u202e\u0645\u0631\u062d\u0628\u0627", "😀" * 50,
@@ -229,9 +232,22 @@ def _body(rng: random.Random, who: str, tenants: Any, template: str
          "name": rng.choice(ODD)},
         {"timeout": rng.choice([0, 0.01, -1, 1e9])},
         {},
+        {"query": rng.choice(["Maria nurse", tenants.marker, rng.choice(ODD)]),
+         "budget": rng.choice([1, 600, 0, -3, 10**9, "600", None]),
+         "layers": rng.choice([None, ["turns"], ["facts", "strategies"], ["nope"], "turns"])},
+        {"text": rng.choice(["The river Tamega floods in March.", "", rng.choice(ODD)]),
+         "title": rng.choice([None, "notes", rng.choice(ODD)]),
+         "when": rng.choice([None, "2024-03-01", 1.7e9, "yesterday", -1])},
+        {"run": rng.choice([{"task": "t", "trajectory": "x", "answer": "a"}, "a trajectory",
+                            rng.choice(tenants.bob_ids), "r_" + "0" * 24, None, 3]),
+         "success": rng.choice([True, False, "no", None]),
+         "used": rng.choice([[], tenants.bob_ids[:2], [rng.choice(ODD)]]),
+         "method": rng.choice([None, "llm", "rules", "x"])},
+        {"conversation_id": rng.choice([None, "chat-1", rng.choice(ODD)])},
     ]
     fitting = {"/v1/memories": 0, "/v1/search": 1, "/v1/memories/{id}": 2, "/v1/answer": 3,
-               "/v1/admin/keys": 4, "/v1/wait": 5, "/v1/flush": 6}
+               "/v1/admin/keys": 4, "/v1/wait": 5, "/v1/flush": 6, "/v1/context": 7,
+               "/v1/read": 8, "/v1/learn": 9, "/v1/expect": 10}
     # Mostly the body the route takes (then changed below), else any of them.
     good: dict[str, Any] = (bodies[fitting[template]] if template in fitting
                             and rng.random() < 0.7 else rng.choice(bodies))

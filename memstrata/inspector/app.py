@@ -1,8 +1,10 @@
 """The inspector's ASGI app: server-rendered pages over one ``Memory``.
 
-Pages: the tenants; a tenant's conversations, sessions and memories; a conversation's
-turns with the facts extracted from them, each fact linked to its evidence turns; one
-memory with its versions; a search with every hit's channels and scores; the recorded
+Pages: the tenants; a tenant's conversations, sessions and memories; what a tenant read,
+learned and expects (documents, semantic facts, procedures, strategies, expectations,
+the facts surprises taught, intentions); a conversation's turns with the facts extracted
+from them, each fact linked to its evidence turns; one memory with its versions and
+links; a search with every hit's channels and scores; the recorded
 runs with their LLM calls, tokens and latency; the extraction jobs (when the memory
 keeps a job queue); forgetting a tenant, after a confirmation. Every page reads one
 tenant, named in its address (``?u=``), and is bounded (``views``).
@@ -148,6 +150,12 @@ class _Inspector:
         jobs = self.memory.jobs(user_id=u, limit=size) if self.has_jobs else None
         return self.render(request, "user.html", user=u, size=size, jobs=jobs, **data)
 
+    def knowledge(self, request: Request) -> Response:
+        u, size = _user(request), _size(request)
+        offsets = {name: _offset(request, f"o_{name}") for name, *_ in views.KNOWLEDGE}
+        sections = views.knowledge_page(self.memory, u, offsets=offsets, size=size)
+        return self.render(request, "knowledge.html", user=u, size=size, sections=sections)
+
     def conversation(self, request: Request) -> Response:
         u, c, size = _user(request), _required(request, "c"), _size(request)
         after = _int(request, "after", None, low=-1)
@@ -279,6 +287,7 @@ def create_app(memory: Memory, *, check_key: Callable[[str], bool] | None = None
     routes = [
         Route("/", sync(app.users), name="users"),
         Route("/user", sync(app.user), name="user"),
+        Route("/knowledge", sync(app.knowledge), name="knowledge"),
         Route("/conversation", sync(app.conversation), name="conversation"),
         Route("/memory", sync(app.node), name="memory"),
         Route("/search", sync(app.search), name="search"),

@@ -1,7 +1,9 @@
 """A small, realistic demo memory for the inspector's tests, screenshots and a first look:
 two tenants' chats (user/assistant, several sessions), facts grounded in their turns
-(one superseded by a later one, one edited into a second version) and two recorded runs
-with their LLM usage. Written through the store's own functions; no model is called.
+(one superseded by a later one, one edited into a second version), two recorded runs
+with their LLM usage, and what ``read``, ``learn`` and ``expect`` write (a document read,
+a strategy and a guardrail, a pending expectation and the fact a surprise taught).
+Written through the store's own functions and the verbs that call no model.
 
 Example:
     >>> from memstrata.inspector.demo import build_demo
@@ -18,7 +20,8 @@ from typing import Any
 
 from memstrata.api import Memory
 from memstrata.memory.hierarchy import reconcile_conversation
-from memstrata.memory.models import FactItem
+from memstrata.memory.models import FactItem, WorkingItem
+from memstrata.memory.voe_facts import PREDICTION_SOURCE, VoEFacts
 from memstrata.trajectories import Recorder
 
 SOURCE = "extract:demo"
@@ -102,6 +105,7 @@ def build_demo(path: str | Path = ":memory:", *, embedder: Any = "default") -> M
         _facts(memory)
         _runs(memory)
         _jobs(memory)
+        _knowledge(memory)
     except BaseException:
         memory.close()
         raise
@@ -173,3 +177,35 @@ def _jobs(memory: Memory) -> None:
     jobs.fail("ana", failed, "demo", "ProgramParseError: the model's answer is not the "
               "JSON the Extractor asks for (after 3 tries)", retry_s=30)
     jobs.enqueue("ben", "default", "extract")
+
+
+GUIDE = ("A sourdough starter doubles in 4 to 8 hours at 24 °C. Bulk fermentation ends when "
+         "the dough has risen by half.\nHow to bake a loaf:\n"
+         "1. Feed the starter the evening before\n2. Mix flour, water and 20% starter\n"
+         "3. Bulk ferment for about 4 hours\n4. Shape and proof overnight in the fridge")
+
+
+def _knowledge(memory: Memory) -> None:
+    """Ana's document read, a strategy and a guardrail learned from traces, and the
+    violation-of-expectation loop's state after a surprise (written as ``expect``
+    writes it, without the model call)."""
+    memory.read(GUIDE, user_id="ana", title="Sourdough basics", source="The Bread Lab",
+                when="2026-04-01")
+    memory.learn({"task": "When should Ana feed her starter?",
+                  "trajectory": [{"tool": "mem_search", "args": {"query": "starter Bubbles"}}],
+                  "answer": "The evening before baking"}, user_id="ana", success=True,
+                 method="trace")
+    memory.learn({"task": "Suggest a Porto restaurant for Ana",
+                  "trajectory": [{"tool": "mem_search", "args": {"query": "restaurant"}}],
+                  "answer": "A seafood platter at the harbour"}, user_id="ana",
+                 success=False, method="trace",
+                 rationale="it ignored the shellfish allergy")
+    store = memory.store
+    turns = store.turns("ana", conversation_id="cooking")
+    surprise = next(t for t in turns if "Bubbles" in t.text)
+    VoEFacts(store).add("ana", "Ana names her sourdough starter and bakes on Sundays",
+                        ["baking", "routine"], surprise.id)
+    store.add(WorkingItem(user_id="ana", text="Can you suggest a rye bread recipe?",
+                          source=PREDICTION_SOURCE, title="next user message",
+                          conversation_id="cooking", task_id="voe:cooking",
+                          evidence=[turns[-1].id], tags=["rye", "recipe"]))

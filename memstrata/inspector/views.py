@@ -14,9 +14,17 @@ from typing import Any
 
 from memstrata.api import Memory
 from memstrata.errors import MemstrataError
+from memstrata.memory.cognitive.base import (
+    CONTRADICTS,
+    DERIVES_FROM,
+    PROCEDURE_DERIVES_FROM,
+    SIMILAR_TO,
+)
 from memstrata.memory.models import Item, Turn
 from memstrata.memory.store import node_type
 from memstrata.memory.store.versions import Version
+from memstrata.memory.voe_facts import PREDICTION_SOURCE
+from memstrata.memory.voe_facts import SOURCE as VOE_SOURCE
 
 PAGE = 50
 """Rows on one page of a list, unless the address asks for another size."""
@@ -36,6 +44,25 @@ DERIVED = "derived_from"
 """The edge from a fact (or QA pair) to each turn it was extracted from."""
 SUPERSEDES = "supersedes"
 """The edge from a newer fact to the one it ended."""
+LINKS: dict[str, tuple[str, str]] = {
+    DERIVES_FROM: ("read in", "facts read from it"),
+    PROCEDURE_DERIVES_FROM: ("read in", "procedures read from it"),
+    CONTRADICTS: ("contradicts", "contradicted by"),
+    SIMILAR_TO: ("similar to", "similar to"),
+}
+"""The edges between items a memory's page shows: relation -> (what an outgoing edge
+says, what an incoming one says)."""
+KNOWLEDGE: tuple[tuple[str, str, str | None, str], ...] = (
+    ("documents", "episodic", None, "Documents read and other episodes"),
+    ("semantic", "semantic", None, "Semantic facts"),
+    ("procedures", "procedural", None, "Procedures"),
+    ("strategies", "strategy", None, "Strategies and guardrails"),
+    ("expectations", "working", PREDICTION_SOURCE, "Expectations (what the user may say next)"),
+    ("surprises", "fact", VOE_SOURCE, "Facts surprises taught"),
+    ("intentions", "prospective", None, "Intentions"),
+)
+"""The sections of a tenant's knowledge page: (name, item kind, source or None for any,
+heading). What ``read``, ``learn`` and ``expect`` write, in that order."""
 
 
 class NotFound(MemstrataError, LookupError):
@@ -194,7 +221,7 @@ def conversation_page(memory: Memory, user_id: str, conversation_id: str, *,
 
 def memory_page(memory: Memory, user_id: str, node_id: str) -> dict[str, Any]:
     """One turn or item of the tenant: the node, its versions, and its links (a turn's
-    facts; an item's evidence turns and supersession).
+    facts; an item's evidence turns, supersession and :func:`links_of`).
 
     Raises:
         NotFound: no such id for this tenant.
@@ -208,12 +235,68 @@ def memory_page(memory: Memory, user_id: str, node_id: str) -> dict[str, Any]:
         if turn is None:
             raise NotFound(f"user {user_id!r} has no memory {node_id!r}")
         return {"turn": facts_of_turns(memory, user_id, [turn])[0], "fact": None,
-                "versions": versions}
+                "links": [], "versions": versions}
     item = store.get(user_id, node_id)
     if item is None:
         raise NotFound(f"user {user_id!r} has no memory {node_id!r}")
     return {"turn": None, "fact": with_evidence(memory, user_id, [item])[0],
-            "versions": versions}
+            "links": links_of(memory, user_id, node_id), "versions": versions}
+
+
+@dataclass
+class Linked:
+    """An item linked to the one shown: what the link says, and the item."""
+
+    label: str
+    item: Item
+
+
+def links_of(memory: Memory, user_id: str, item_id: str) -> list[Linked]:
+    """The items linked to ``item_id`` by the edges of :data:`LINKS` (at most
+    :data:`MAX_LINKS` a relation and direction): the episode a fact was read in, the
+    facts and procedures read from an episode, contradictions, similar facts."""
+    store = memory.store
+    out: list[Linked] = []
+    for relation, (outgoing, incoming) in LINKS.items():
+        for label, ids in (
+                (outgoing, [e.dst for e in store.edges(user_id, src=item_id,
+                                                       relation=relation, limit=MAX_LINKS)]),
+                (incoming, [e.src for e in store.edges(user_id, dst=item_id,
+                                                       relation=relation, limit=MAX_LINKS)])):
+            out += [Linked(label, item) for item in store.get_many(user_id, ids)] if ids else []
+    return out
+
+
+@dataclass
+class Section:
+    """One section of the knowledge page: its name, heading and a page of items."""
+
+    name: str
+    heading: str
+    items: Paged
+
+
+def knowledge_page(memory: Memory, user_id: str, *, offsets: dict[str, int], size: int
+                   ) -> list[Section]:
+    """What the tenant read, learned and expects (:data:`KNOWLEDGE`'s sections), each a
+    page of items, newest first; ``offsets`` by section name.
+
+    Raises:
+        NotFound: nothing is stored for this tenant.
+    """
+    store = memory.store
+    if not store.counts(user_id).get("items") and not store.runs.list(user_id, limit=1):
+        raise NotFound(f"nothing is stored for user {user_id!r}")
+    out = []
+    for name, kind, source, heading in KNOWLEDGE:
+        offset = offsets.get(name, 0)
+        if source is None:
+            rows = store.items(user_id, kind=kind, limit=size + 1, offset=offset)
+        else:
+            ids = store.source_ids(user_id, kind, source)[offset:offset + size + 1]
+            rows = store.get_many(user_id, ids) if ids else []
+        out.append(Section(name, heading, page(rows, offset, size)))
+    return out
 
 
 def usage_of(run: Any) -> dict[str, Any]:

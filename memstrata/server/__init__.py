@@ -2,7 +2,8 @@
 language, every request authenticated by an API key bound to one tenant.
 
 - ``/v1/...``: the REST API, ``Memory``'s verbs for the key's tenant, JSON in and out,
-  validated by pydantic models (``models.py``; routes in ``routes.py``), errors as
+  validated by pydantic models (``models.py``; routes in ``routes.py``, those of
+  ``context``, ``read``, ``learn`` and ``expect`` in ``layer_verbs.py``), errors as
   ``{"error": {"code", "message"}}`` with stable codes (``errors.py``);
 - ``/openapi.json``: the OpenAPI 3.1 document built from those models (``openapi.py``);
 - ``/mcp``: the MCP streamable-HTTP endpoint, one MCP server per tenant, under the same

@@ -19,6 +19,7 @@ from memstrata.aio import AsyncMemory
 
 from .auth import KeyChecker
 from .errors import ApiError, error_response
+from .layer_verbs import ENDPOINTS as LAYER_VERBS
 from .limits import DEFAULT_MAX_BODY, BodyLimit
 from .mcp_mount import TenantMcp
 from .openapi import openapi
@@ -53,7 +54,7 @@ def create_app(memory: Memory, *, max_body: int = DEFAULT_MAX_BODY,
 
     checker = KeyChecker(memory.store.keys)
     amemory = AsyncMemory(memory)
-    endpoints: list[Endpoint] = [*ENDPOINTS, *_job_endpoints(memory)]
+    endpoints: list[Endpoint] = [*ENDPOINTS, *LAYER_VERBS, *_job_endpoints(memory)]
     document = openapi(endpoints, title=TITLE, version=__version__)
 
     async def openapi_json(request: Request) -> Response:

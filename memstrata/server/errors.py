@@ -13,7 +13,8 @@ code                        status  when
 ``not_found``               404     no such route, or no such memory for this tenant
 ``method_not_allowed``      405     the route exists, the method does not
 ``too_large``               413     a body over the server's limit
-``no_model``                409     ``answer`` on a server started without ``--lm``
+``no_model``                409     ``answer``, ``expect`` (or ``learn`` by ``llm``) on a
+                                    server started without ``--lm``
 ``model_error``             502     the model's output could not be used
 ``store_unavailable``       503     the store cannot be read or written
 ``internal_error``          500     a bug (the message says nothing of it)

@@ -68,6 +68,11 @@ class AnswerRequest(_Request):
 
     question: str
     conversation_id: str | None = Field(None, max_length=ID_CHARS)
+    route: Literal["auto", "rules", "answerer", "reasoner"] = Field("auto", description=(
+        "'auto': the intent check (one LLM call) routes a recall to the answerer and a "
+        "computation, a temporal comparison, a contradiction or a synthesis to the "
+        "reasoner; 'rules': routed on the question's words (no call); 'answerer' or "
+        "'reasoner': that path."))
 
 
 class FlushRequest(_Request):
@@ -158,6 +163,10 @@ class AnswerResponse(BaseModel):
     about: list[str] = []
     conversation_id: str | None = None
     confidence: float = 0.0
+    path: Literal["answerer", "reasoner"] = "answerer"
+    intent: str = Field("", description="The checked intent that chose the path.")
+    llm_calls: int = Field(0, description="The LLM calls this answer took.")
+    run_id: str | None = Field(None, description="Its run record (program memory.answer).")
 
 
 class Identity(BaseModel):

@@ -3,7 +3,8 @@
 Each :class:`~memstrata.server.routes.Endpoint` gives one operation: its request body's
 schema (a ``$ref`` into ``components.schemas``), its query parameters (one per field of
 its query model), its response's schema, and the error responses every operation may
-give (``ErrorResponse``; the codes in ``errors.py``). Every operation needs the bearer
+give (``ErrorResponse``; the codes in ``errors.py``), and those only some give (the
+endpoint's ``errors``: ``no_model``, ``model_error``). Every operation needs the bearer
 key (``components.securitySchemes.bearer``).
 """
 
@@ -67,7 +68,7 @@ def _operation(e: Endpoint) -> dict[str, Any]:
     error = {"content": {"application/json": {
         "schema": {"$ref": REF.format(model=ErrorResponse.__name__)}}}}
     codes = sorted({STATUS[c] for c in ("bad_json", "validation_error", "unauthorized",
-                                        "forbidden", "not_found", "too_large")})
+                                        "forbidden", "not_found", "too_large", *e.errors)})
     for status in codes:
         op["responses"][str(status)] = {"description": "an error (see the codes)", **error}
     return op

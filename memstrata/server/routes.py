@@ -76,6 +76,8 @@ class Endpoint:
     status: int = 200
     admin: bool = False
     media: str = "application/json"
+    errors: tuple[str, ...] = ()
+    """Codes this operation may answer beyond those every operation may (``openapi``)."""
 
 
 # -- the verbs ------------------------------------------------------------------------------
@@ -144,11 +146,13 @@ async def _delete_all(call: Call) -> Any:
 async def _answer(call: Call) -> Any:
     from memstrata.mcp_server import _ANSWER_FIELDS
 
+    tenant = call.tenant  # a key naming another tenant is refused before anything else
     if call.memory.memory.lm is None:
         raise ApiError("no_model", "this server was started without --lm: answer needs one")
-    out = await call.memory.answer(call.body.question, user_id=call.tenant,
-                                   conversation_id=call.body.conversation_id)
-    return out.model_dump(mode="json", include=set(_ANSWER_FIELDS))
+    out = await call.memory.answer(call.body.question, user_id=tenant,
+                                   conversation_id=call.body.conversation_id,
+                                   route=call.body.route)
+    return out.model_dump(mode="json", include={*_ANSWER_FIELDS, "run_id"})
 
 
 async def _flush(call: Call) -> Any:
@@ -242,8 +246,9 @@ ENDPOINTS: list[Endpoint] = [
              "(Memory.history)", query=m.TenantQuery, response=m.VersionsResponse),
     Endpoint("POST", "/v1/search", _search, "Hybrid search (Memory.search)",
              body=m.SearchRequest, response=m.HitsResponse),
-    Endpoint("POST", "/v1/answer", _answer, "Answer with evidence (Memory.answer)",
-             body=m.AnswerRequest, response=m.AnswerResponse),
+    Endpoint("POST", "/v1/answer", _answer, "Answer with evidence, on the path the question "
+             "calls for (Memory.answer)", body=m.AnswerRequest, response=m.AnswerResponse,
+             errors=("no_model", "model_error")),
     Endpoint("POST", "/v1/flush", _flush, "Extract unextracted turns now (Memory.flush)",
              body=m.FlushRequest, response=m.Results),
     Endpoint("GET", "/v1/export", _export, "The tenant as JSONL (Memory.export)",

@@ -177,6 +177,21 @@ def test_an_evidence_link_lands_on_its_turn(demo: Memory, page: Any) -> None:
             "The user is allergic to shellfish")
 
 
+def test_what_was_read_links_to_where_it_was_read(demo: Memory, page: Any) -> None:
+    with Served(create_app(demo)) as served:
+        problems = _watch(page, served.base)
+        page.goto(served.base + "/user?u=ana")
+        page.get_by_role("link", name="Read and learned").first.click()
+        expect(page.locator("h1")).to_have_text("Read and learned ana")
+        expect(page.locator("table.strategies tbody tr")).to_have_count(2)
+        page.locator("table.semantic a", has_text="starter doubles").click()
+        expect(page.locator("h1")).to_have_text(re.compile(r"^Semantic "))
+        page.locator("ul.links a").first.click()
+        expect(page.locator("h1")).to_have_text(re.compile(r"^Episodic "))
+        expect(page.locator("ul.links")).to_contain_text("procedures read from it")
+        assert problems() == []
+
+
 def test_forgetting_a_user_asks_then_removes_it(demo: Memory, page: Any) -> None:
     with Served(create_app(demo)) as served:
         page.goto(served.base + "/user?u=ana")

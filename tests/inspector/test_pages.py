@@ -16,7 +16,6 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("jinja2")
 
-from memstrata.memory.models import FactItem
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -24,6 +23,7 @@ from starlette.testclient import TestClient
 from memstrata import Memory
 from memstrata.inspector import create_app
 from memstrata.inspector.demo import build_demo
+from memstrata.memory.models import FactItem, StrategyItem
 
 HREF = re.compile(r'href="([^"]*)"')
 ACTION = re.compile(r'action="([^"]*)"')
@@ -145,6 +145,10 @@ def test_user_text_is_escaped_everywhere(tmp_path: Path) -> None:
                    user_id="<b>eve</b>", conversation_id="<i>c</i>", infer=False)
         fid = memory.store.add(FactItem(user_id="<b>eve</b>", text=f"eve is {attack}",
                                         conversation_id="<i>c</i>", evidence=["t0"]))
+        memory.read(f"Eve read {attack}.\n1. Run {attack}\n2. Stop", user_id="<b>eve</b>",
+                    title=attack, source=attack)
+        memory.learn({"task": f"do {attack}", "trajectory": attack}, user_id="<b>eve</b>",
+                     success=False, rationale=attack)
         client = _client(memory)
         pages = [client.get("/"),
                  client.get("/user", params={"u": "<b>eve</b>"}),
@@ -153,6 +157,7 @@ def test_user_text_is_escaped_everywhere(tmp_path: Path) -> None:
                  client.get("/search", params={"u": "<b>eve</b>", "q": f"name {attack}",
                                                "min": "0"}),
                  client.get("/forget", params={"u": "<b>eve</b>"}),
+                 client.get("/knowledge", params={"u": "<b>eve</b>"}),
                  client.get("/user", params={"u": "<script>nobody</script>"})]
         for page in pages:
             assert "<script>" not in page.text and "<b>eve" not in page.text, page.url
@@ -285,6 +290,69 @@ def test_login_takes_admin_keys_into_a_strict_cookie(demo: Memory) -> None:
     out = client.post("/ui/logout", data={"csrf": token}, follow_redirects=False)
     assert out.status_code == 303
     assert client.get("/ui/").status_code == 401
+
+
+def test_the_knowledge_page_shows_what_read_learn_and_expect_wrote(demo: Memory) -> None:
+    client = _client(demo)
+    assert 'href="/knowledge?u=ana"' in client.get("/user", params={"u": "ana"}).text
+    page = client.get("/knowledge", params={"u": "ana"})
+    assert page.status_code == 200
+    html = page.text
+    sections = {name: html.split(f'id="{name}"')[1].split("<h2")[0]
+                for name in ("documents", "semantic", "procedures", "strategies",
+                             "expectations", "surprises", "intentions")}
+    assert "Sourdough basics" in sections["documents"]
+    assert "The Bread Lab" in sections["documents"]
+    assert "A sourdough starter doubles in 4 to 8 hours" in sections["semantic"]
+    assert ">bake a loaf<" in sections["procedures"] and '"n">4<' in sections["procedures"]
+    assert "Worked for: When should Ana feed her starter?" in sections["strategies"]
+    assert "guardrail" in sections["strategies"] and "shellfish" in sections["strategies"]
+    assert "Can you suggest a rye bread recipe?" in sections["expectations"]
+    assert "rye, recipe" in sections["expectations"]
+    assert "Ana names her sourdough starter" in sections["surprises"]
+    assert "None." in sections["intentions"]
+    assert "Lisbon" not in html  # a fact said in a chat is not knowledge read or learned
+
+    # A fact read links to the episode it was read in, which links to what it taught.
+    fact = next(i for i in demo.store.items("ana", kind="semantic") if "doubles" in i.text)
+    shown = client.get("/memory", params={"u": "ana", "id": fact.id}).text
+    episode = next(i for i in demo.store.items("ana", kind="episodic"))
+    assert "read in" in shown and f"id={episode.id}" in shown
+    read_in = client.get("/memory", params={"u": "ana", "id": episode.id}).text
+    assert "facts read from it" in read_in and "procedures read from it" in read_in
+    procedure = demo.store.items("ana", kind="procedural")[0]
+    steps = client.get("/memory", params={"u": "ana", "id": procedure.id}).text
+    assert steps.count("<li>") >= 4 and "Shape and proof overnight in the fridge" in steps
+    guardrail = next(i for i in demo.store.items("ana", kind="strategy")
+                     if "Porto" in i.title)
+    assert "guardrail (from a failure)" in client.get(
+        "/memory", params={"u": "ana", "id": guardrail.id}).text
+
+    ben = client.get("/knowledge", params={"u": "ben"}).text
+    assert ben.count("None.") == 7 and "sourdough" not in ben.lower()
+    assert client.get("/knowledge", params={"u": "nobody"}).status_code == 404
+    assert client.get("/knowledge").status_code == 400
+
+
+def test_the_knowledge_page_pages_each_section(tmp_path: Path) -> None:
+    with Memory.open(tmp_path / "k.db", embedder=None) as memory:
+        for n in range(7):
+            memory.store.add(StrategyItem(user_id="kim", title=f"strategy number {n}",
+                                          text=f"Do step {n} first"))
+        client = _client(memory)
+        first = client.get("/knowledge", params={"u": "kim", "n": 3}).text
+        assert first.count("strategy number") == 3
+        nxt = re.search(r'<a href="([^"]+)" rel="next"', first)
+        assert nxt is not None and "o_strategies=3" in unescape(nxt.group(1))
+        seen = [first]
+        url: str | None = unescape(nxt.group(1))
+        while url:
+            text = client.get(url).text
+            seen.append(text)
+            found = re.search(r'<a href="([^"]+)" rel="next"', text)
+            url = unescape(found.group(1)) if found else None
+        numbers = [int(x) for page in seen for x in re.findall(r"strategy number (\d)", page)]
+        assert sorted(numbers) == list(range(7)) and len(seen) == 3
 
 
 def test_the_jobs_pages_show_pending_failed_and_done_jobs(demo: Memory) -> None:

@@ -23,12 +23,20 @@ import anyio.from_thread
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memstrata.memory.store.opener import open_store
 
 from memstrata import Memory
 from memstrata.cli import main
-from memstrata.mcp_server import HANDLE_TOOL_NAMES, TenantTools, build_server
+from memstrata.mcp_server import (
+    HANDLE_TOOL_NAMES,
+    LM_TOOL_NAMES,
+    VERB_TOOL_NAMES,
+    TenantTools,
+    build_server,
+)
+from memstrata.memory.models import StrategyItem
+from memstrata.memory.store.opener import open_store
 from tests.conftest import field
+from tests.door_script import DoorScript
 
 pytest.importorskip("mcp")
 from mcp import Client, StdioServerParameters
@@ -150,7 +158,8 @@ def test_mcp_round_trip_over_stdio(tmp_path: Path, where: Path | str) -> None:
     with stdio(db, "ana", "--caps", '{"max_get": 2}', "--agent-id", "claude",
                tmp_path=tmp_path) as s:
         listed = {t.name: t for t in s.list_tools().tools}
-        assert set(listed) == set(HANDLE_TOOL_NAMES)  # no --lm: no 'answer'
+        # No --lm: no 'answer' nor 'expect'.
+        assert set(listed) == {*HANDLE_TOOL_NAMES, *VERB_TOOL_NAMES}
         for tool in listed.values():
             props = tool.input_schema["properties"]
             assert not any("user" in p for p in props), (tool.name, props)
@@ -192,6 +201,7 @@ def test_mcp_round_trip_over_stdio(tmp_path: Path, where: Path | str) -> None:
         smuggled = error_text(s.call("mem_search", {"query": "Lisbon", "user_id": "ben"}))
         assert "user_id" in smuggled and "zorblax" not in smuggled.lower()
         assert "Unknown tool: answer" in error_text(s.call("answer", {"question": "where?"}))
+        assert "Unknown tool: expect" in error_text(s.call("expect", {}))
 
     with open_store(db) as store:
         runs = store.runs.list("ana", limit=100)
@@ -266,8 +276,8 @@ def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
 
 
 def _calls(ids: dict[str, list[str]]) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
-    """Arbitrary calls of every read tool (and mem_add), aimed at ben's data: his real ids,
-    his words as queries and patterns, his blob's key, his speaker as a role."""
+    """Arbitrary calls of every read tool (mem_add and context too), aimed at ben's data:
+    his real ids, his words as queries and patterns, his blob's key, his speaker as a role."""
     any_id = st.sampled_from(ids["ana"] + ids["ben"]) | st.from_regex(
         r"\A[ti]_[0-9a-f]{24}\Z") | st.text(max_size=30)
     words = st.sampled_from([*BEN_MARKERS, "Lisbon", "lido", "Sundays", "sister", "code",
@@ -292,6 +302,8 @@ def _calls(ids: dict[str, list[str]]) -> st.SearchStrategy[tuple[str, dict[str, 
             {"ref": refs, "pattern": words}, optional={"k": small})),
         st.tuples(st.just("mem_add"), st.fixed_dictionaries(
             {"text": st.text(alphabet="abc de", min_size=1, max_size=30)})),
+        st.tuples(st.just("context"), st.fixed_dictionaries(
+            {"query": words}, optional={"budget": st.integers(1, 800)})),
     )
 
 
@@ -382,7 +394,7 @@ def test_answer_is_offered_with_an_lm_and_recorded(scripted, tmp_path: Path) -> 
                 return listed, good, long, foreign
 
         listed, good, long, foreign = anyio.run(session)
-        assert set(listed) == {*HANDLE_TOOL_NAMES, "answer"}
+        assert set(listed) == {*HANDLE_TOOL_NAMES, *VERB_TOOL_NAMES, *LM_TOOL_NAMES}
         assert set(listed["answer"].input_schema["properties"]) == {"question",
                                                                      "conversation_id"}
         out = payload(good)
@@ -395,6 +407,86 @@ def test_answer_is_offered_with_an_lm_and_recorded(scripted, tmp_path: Path) -> 
         ok = next(r for r in runs if r.status == "ok")
         assert ok.usage["calls"] >= 1 and ok.output["answer"] == out["answer"]
         assert ok.config["model"] == handle.name
+
+
+def test_the_verbs_as_tools_for_one_tenant(scripted, tmp_path: Path) -> None:
+    """read, context, learn and expect as tools: bound to ana, bounded, refused as the
+    tools refuse, each call a run with its LLM usage; nothing of ben's comes back."""
+    db = tmp_path / "mem.db"
+    ids = two_tenants(db)
+    script = DoorScript(prediction="I love hiking in the Alps", needed=("hiking",))
+    with Memory.open(db, lm=scripted(script)) as memory:
+        memory.read("Quintessa guards the zorblax vault. Vexmoor has its key.",
+                    user_id="ben", title="zorblax notes")
+        bens = memory.store.add(StrategyItem(user_id="ben", title="zorblax first",
+                                             text="Open the zorblax vault first"))
+        memory.add([{"role": "user", "content": "Hi, I just moved to Lisbon"},
+                    {"role": "assistant", "content": "Welcome! What do you like to do?"}],
+                   user_id="ana", conversation_id="chat", infer=False)
+        server = build_server(TenantTools(memory, "ana"))
+
+        async def session() -> dict[str, Any]:
+            async with Client(server) as client:
+                tools = {t.name: t for t in (await client.list_tools()).tools}
+                call = client.call_tool
+                return {
+                    "tools": tools,
+                    "read": await call("read", {
+                        "text": "The tram 28 runs through Alfama. A ride costs 3 euros.",
+                        "title": "Lisbon tram guide", "when": "2024-03-01"}),
+                    "context": await call("context", {"query": "tram ride cost zorblax",
+                                                      "budget": 300}),
+                    "learn": await call("learn", {
+                        "task": "Which tram goes to Alfama?", "success": True,
+                        "trajectory": "1. mem_search tram Alfama\n2. answered 28",
+                        "answer": "The tram 28", "used": [bens]}),
+                    "expect": await call("expect", {"conversation_id": "chat"}),
+                    "big": await call("context", {"query": "tram", "budget": 4001}),
+                    "long": await call("read", {"text": "x" * 100_001}),
+                    "empty": await call("expect", {"conversation_id": "nothing-said"}),
+                    "layer": await call("context", {"query": "tram", "layers": ["dreams"]}),
+                    "smuggled": await call("context", {"query": "zorblax",
+                                                       "user_id": "ben"}),
+                }
+
+        out = anyio.run(session)
+        tools = out["tools"]
+        assert set(tools) == {*HANDLE_TOOL_NAMES, *VERB_TOOL_NAMES, *LM_TOOL_NAMES}
+        assert set(tools["context"].input_schema["properties"]) == {
+            "query", "budget", "layers", "conversation_id"}
+        assert tools["context"].annotations.read_only_hint is True
+        assert tools["read"].annotations.read_only_hint is False
+        assert all("Args:" in tools[n].description for n in (*VERB_TOOL_NAMES, "expect"))
+
+        read = payload(out["read"])
+        assert read["facts_total"] == 2 and len(read["facts"]) == 2 and read["episode_id"]
+        ctx = payload(out["context"])
+        assert set(read["facts"]) <= set(ctx["ids"]) and ctx["tokens"] <= 300
+        assert "A ride costs 3 euros." in ctx["text"] and "zorblax" not in ctx["text"].lower()
+        assert not set(ctx["ids"]) & set(ids["ben"])
+        learned = payload(out["learn"])
+        assert learned["method"] == "llm" and learned["llm_calls"] == 1
+        assert learned["used"] == [] and len(learned["strategies"]) == 1
+        expected = payload(out["expect"])
+        assert expected["prediction"] == "I love hiking in the Alps"
+        assert expected["llm_calls"] == 1 and expected["checked"] is None
+
+        assert "over the cap of 4000" in error_text(out["big"])
+        assert "over the cap of 100000" in error_text(out["long"])
+        assert "holds no turn" in error_text(out["empty"])
+        assert "no layer 'dreams'" in error_text(out["layer"])
+        assert "user_id" in error_text(out["smuggled"])
+
+        runs = memory.store.runs.list("ana", limit=100)
+        mcp_runs = {(r.program, r.status): r for r in runs if r.program.startswith("mcp.")}
+        for name in ("read", "context", "learn", "expect"):
+            assert (f"mcp.{name}", "ok") in mcp_runs, name
+        assert mcp_runs[("mcp.expect", "ok")].usage["calls"] == 1
+        assert mcp_runs[("mcp.learn", "ok")].usage["calls"] == 1
+        assert mcp_runs[("mcp.context", "ok")].usage["calls"] == 0
+        assert ("mcp.read", "error") in mcp_runs and ("mcp.expect", "error") in mcp_runs
+        assert memory.store.get("ben", bens).uses == 0
+        assert {r.program for r in memory.store.runs.list("ben")} <= {"memory.read"}
 
 
 # -- the command line -----------------------------------------------------------------------
@@ -510,7 +602,7 @@ def test_http_needs_the_bearer_token(tmp_path: Path) -> None:
                     return listed, found
 
         listed, found = anyio.run(authorised)
-        assert {t.name for t in listed.tools} == set(HANDLE_TOOL_NAMES)
+        assert {t.name for t in listed.tools} == {*HANDLE_TOOL_NAMES, *VERB_TOOL_NAMES}
         assert {r["id"] for r in payload(found)["results"]} <= set(ids["ana"])
     finally:
         proc.terminate()
