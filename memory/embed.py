@@ -30,6 +30,7 @@ import numpy as np
 
 from .encoder_weights import mpnet_model_path
 from .extras import require
+from .static_encode import WordPieceEncoder
 
 DEFAULT_MODEL = "minilm-static-256"
 STATIC_MODEL_DIR = Path(__file__).with_name("static_model")
@@ -58,7 +59,11 @@ def model_path() -> str:
 
 
 class StaticMiniLMEmbedder:
-    """The default: static MiniLM-distilled embeddings (model2vec), 256 dimensions."""
+    """The default: static MiniLM-distilled embeddings (model2vec), 256 dimensions.
+
+    Encoded through :class:`~.static_encode.WordPieceEncoder` where the model fits it:
+    model2vec's vectors bit for bit, from a faster split of the text.
+    """
 
     name = DEFAULT_MODEL
     dim = 256
@@ -70,6 +75,7 @@ class StaticMiniLMEmbedder:
             raise RuntimeError(f"static embedding model missing at {path}; reinstall memstrata")
         self._model = StaticModel.from_pretrained(str(path))
         _skip_disabled_bars()
+        self._fast = WordPieceEncoder(self._model) if WordPieceEncoder.fits(self._model) else None
 
     def knows(self, word: str) -> bool:
         """Whether ``word`` is one token of the encoder's vocabulary (not split into
@@ -83,8 +89,9 @@ class StaticMiniLMEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         # Not model2vec's threaded path for big inputs: its progress bar comes from a
         # module this fix does not reach (see _skip_disabled_bars), and it was no faster.
-        out = np.asarray(self._model.encode(list(texts), use_multiprocessing=False),
-                         dtype=np.float32)
+        raw = (self._fast.encode(texts) if self._fast is not None
+               else self._model.encode(list(texts), use_multiprocessing=False))
+        out = np.asarray(raw, dtype=np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
 
