@@ -12,7 +12,8 @@ background``; writes ``background.json``):
 - ``search``: p95 of tenant B's search (the big tenant) alone, then while a worker
   extracts tenant A's chunks (its model calls in flight: B must not wait for them), and
   while A's adds run the synchronous path on another thread. Target: during / alone
-  <= 1.2.
+  <= 1.2. The job runs as the memory's worker thread does, at its lower OS priority
+  (``ExtractionSettings.nice``); the 1-minute load average is recorded beside it.
 - ``facts``: one conversation's turns added one by one with each mode, into two fresh
   stores: the fact events (event and text, in order) and the stored facts must be equal.
 
@@ -25,6 +26,7 @@ delay).
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -32,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from memstrata.programs.policy_engine import PolicyEngine
 
 from memstrata import Memory
-from memstrata.worker import Worker
+from memstrata.programs.policy_engine import PolicyEngine
+from memstrata.worker import Worker, lower_thread_priority
 
 from .memory_api import _seed, _sentence, _summary
 
@@ -115,8 +117,8 @@ def search_during_extraction(path: Path, handle: Any, queries: int, block: int =
     """Tenant ``big``'s search p95 alone and while a worker extracts tenant ``a``'s chunks,
     in alternating rounds (so both see the same machine load): ``block`` searches alone,
     then searches one after another for the whole of one job (claim, model call, writes),
-    then as many alone as that, and so on until ``queries`` ran during jobs; and while
-    ``a``'s adds run the synchronous path on another thread."""
+    then as many alone as that, and so on until ``queries`` ran during jobs (so as many
+    ran alone); and while ``a``'s adds run the synchronous path on another thread."""
     rng = np.random.default_rng(7)
     words = [_sentence(rng, n).split(": ", 1)[1] for n in range(queries)]
 
@@ -135,6 +137,12 @@ def search_during_extraction(path: Path, handle: Any, queries: int, block: int =
     memory = Memory.open(path, lm=handle, extraction="background")
     timed(memory, words[:block])  # warm: caches and vectors of the big tenant
     worker = Worker(memory, memory.extraction)
+
+    def one_job() -> None:
+        # As the memory's own worker thread runs (Worker.start): at its lower priority.
+        lower_thread_priority(memory.extraction.nice)
+        worker.run(max_jobs=1)
+
     alone: list[float] = []
     during: list[float] = []
     jobs_run = 0
@@ -142,7 +150,7 @@ def search_during_extraction(path: Path, handle: Any, queries: int, block: int =
     while len(during) < queries and jobs_run < 40:
         alone += timed(memory, [words[(len(alone) + i) % queries] for i in range(step)])
         # One whole job (claim, model call, write) on the worker; searches all along.
-        runner = threading.Thread(target=worker.run, kwargs={"max_jobs": 1})
+        runner = threading.Thread(target=one_job)
         runner.start()
         before = len(during)
         while runner.is_alive():
@@ -150,9 +158,14 @@ def search_during_extraction(path: Path, handle: Any, queries: int, block: int =
         runner.join()
         jobs_run += 1
         step = max(len(during) - before, 1)  # as many alone as there were during
-    out["alone"] = _summary(alone)
+    # The last job's searches get their alone ones too (with a slow model one job may
+    # hold them all: the alone side would otherwise be the first block only).
+    alone += timed(memory, [words[(len(alone) + i) % queries] for i in range(step)])
+    out["alone"] = {**_summary(alone), "searches": len(alone)}
     out["during_background"] = {**_summary(during), "jobs_run": jobs_run,
                                 "searches": len(during)}
+    out["worker_nice"] = memory.extraction.nice
+    out["load_avg_1m"] = _load()
     memory.close()
     # For comparison: A's adds on another thread with extraction="sync" (the model call
     # inside each add that fills a chunk, outside the memory's lock there too).
@@ -175,6 +188,14 @@ def search_during_extraction(path: Path, handle: Any, queries: int, block: int =
     return out
 
 
+def _load() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
 def facts_equal(handle: Any, turns: int, data: Path | None) -> dict[str, Any]:
     """One conversation added turn by turn with each mode: equal fact events and facts?"""
     if data is not None and data.exists():
@@ -187,6 +208,12 @@ def facts_equal(handle: Any, turns: int, data: Path | None) -> dict[str, Any]:
         msgs, source = _chat(turns, start=11 * 10**6), "synthetic chat"
     found: dict[str, Any] = {}
     for mode in ("sync", "background"):
+        # Both modes start from the same model state: a local model's prompt cache would
+        # otherwise carry the other mode's (or the last phase's) last prompt into the
+        # first call, and a prompt evaluated in other pieces may round differently.
+        clear = getattr(getattr(handle.lm, "_engine_spec", None), "clear_cache", None)
+        if clear is not None:
+            clear()
         memory = Memory.open(":memory:", lm=handle, extraction=mode)
         events: list[dict[str, Any]] = []
         started = time.perf_counter()
@@ -218,12 +245,14 @@ def run_background_bench(out: str | Path, *, lm: str, delay_s: float = 2.0,
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     handle = model(lm, delay_s)
-    doc: dict[str, Any] = {"lm": handle.name, "delay_s": delay_s if lm == SCRIPTED else None}
+    doc: dict[str, Any] = {"lm": handle.name, "delay_s": delay_s if lm == SCRIPTED else None,
+                           "cpus": os.cpu_count(), "load_avg_1m_start": _load()}
     with tempfile.TemporaryDirectory(prefix="memstrata-background-") as tmp:
         path = Path(tmp) / "background.db"
         doc["add"] = add_latency(path, handle, turns, calls)
         doc["search"] = search_during_extraction(path, handle, queries)
     doc["facts"] = facts_equal(handle, fact_turns, data)
+    doc["load_avg_1m_end"] = _load()
     doc["targets"] = {
         "add_p95_ms<=10": doc["add"]["background"]["p95_ms"] <= 10,
         "search_p95_ratio<=1.2": doc["search"]["p95_ratio"] <= 1.2,

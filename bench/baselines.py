@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
 from memstrata.memory.extras import require
 from memstrata.memory.text import tokens
 

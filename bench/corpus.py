@@ -23,6 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel, Field, ValidationError
+
 from memstrata.formats.longmemeval import read_longmemeval
 from memstrata.formats.messages import json_kind, load_json, read_text
 from memstrata.formats.records import (
@@ -31,7 +33,6 @@ from memstrata.formats.records import (
     SessionRecord,
     to_message,
 )
-from pydantic import BaseModel, Field, ValidationError
 
 from .locomo import LoCoMoConversation, apply_audit, read_locomo
 

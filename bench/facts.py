@@ -20,11 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from memstrata.memory import Embedder, Filters, MemoryStore, Retriever, SearchWeights, Store
 from memstrata.memory.models import Hit
 from memstrata.programs import ModelHandle
 from memstrata.programs.ingest import IngestReport, IngestSettings, ingest_conversation
-from tqdm import tqdm
 
 from .locomo import (
     LOCOMO_DATE_STYLE,

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from memstrata.memory import Store
 from memstrata.memory.extras import require
 from memstrata.programs import ExecutorSettings, ModelHandle, run_executor
@@ -24,7 +26,6 @@ from memstrata.programs.answer_scores import score_answer
 from memstrata.programs.executors import AnswerWithTools, ExecutorRun
 from memstrata.tools import ToolCaps, ToolSession
 from memstrata.trajectories import code_version
-from tqdm import tqdm
 
 from .locomo import Question, load_conversation, read_subset
 from .qa import select_questions

@@ -230,7 +230,11 @@ def _add(memory: Memory, messages: list[dict[str, Any]]) -> None:
 
 def _search(memory: Memory, queries: list[tuple[str, str]], k: int, progress: bool
             ) -> dict[str, Any]:
+    # The first search of a process reads what later ones keep (row lengths, the
+    # expansion vocabulary): timed apart, not among the queries.
+    started = time.perf_counter()
     memory.search("warm up the caches", user_id=USER, k=k)
+    first_ms = (time.perf_counter() - started) * 1000
     times: dict[str, list[float]] = {s: [] for s in SHAPES}
     hits = 0
     for shape, query in tqdm(queries, desc="memstrata search", unit="q", disable=not progress,
@@ -240,7 +244,7 @@ def _search(memory: Memory, queries: list[tuple[str, str]], k: int, progress: bo
         times[shape].append((time.perf_counter() - started) * 1000)
     every = [t for s in SHAPES for t in times[s]]
     return {**_pct(every), "by_shape": {s: _pct(t) for s, t in times.items() if t},
-            "mean_hits": round(hits / len(queries), 2)}
+            "mean_hits": round(hits / len(queries), 2), "first_ms": round(first_ms, 1)}
 
 
 def _bm25(history: list[dict[str, Any]], queries: list[tuple[str, str]], k: int,
@@ -340,8 +344,9 @@ def _meta(messages: int, queries: int, batch: int, singles: int, k: int, seed: i
             "Ingest: Memory.add(infer=False) of `batch` messages of one conversation a call "
             "(batched), then of one message a call into a new conversation at full size "
             "(single, after the search phase); the default embedder encodes every message.",
-            "Search: wall time of Memory.search(q, user_id, k) after one warm-up query, "
-            "single-threaded; rank_bm25 is rank-bm25 BM25Okapi over the same messages "
+            "Search: wall time of Memory.search(q, user_id, k) after one warm-up query "
+            "(its time is first_ms), single-threaded; rank_bm25 is rank-bm25 BM25Okapi "
+            "over the same messages "
             "with memstrata's tokenizer (latency only; build_s is its index build).",
         ],
     }
@@ -365,6 +370,8 @@ def format_long_table(doc: dict[str, Any]) -> str:
               for name, r in rows]
     if "rank_bm25" in s:
         lines.append(f"p95 memstrata / rank-bm25: {s['p95_ratio_memstrata_over_bm25']:.3f}")
+    if "first_ms" in m:
+        lines.append(f"first search of the process: {m['first_ms']:,.0f} ms")
     lines.append(f"target p95 <= {SEARCH_P95_TARGET_MS:g} ms: "
                  f"{'met' if doc['targets']['search_p95_met'] else 'missed'}")
     return "\n".join(lines)

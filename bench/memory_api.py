@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from memstrata.formats import ConversationRecord, Message, SessionRecord
-from memstrata.formats.locomo import parse_locomo
-from memstrata.memory import Store
 from tqdm import tqdm
 
 from memstrata import Memory
+from memstrata.formats import ConversationRecord, Message, SessionRecord
+from memstrata.formats.locomo import parse_locomo
+from memstrata.memory import Store
 
 WORDS = ["garden", "bees", "honey", "trail", "marathon", "bakery", "museum", "violin",
          "harbour", "lantern", "orchard", "pottery", "kayak", "recipe", "chess", "novel",

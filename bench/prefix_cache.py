@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from tqdm import tqdm
+
 from memstrata.memory import Store
 from memstrata.programs import QA, AnswerJudge, setup_lm
 from memstrata.programs.llama_engine import LlamaCppEngine, PrefixCache
 from memstrata.programs.lm import local_model_path
-from tqdm import tqdm
 
 from .locomo import load_locomo, read_subset
 from .qa import QASettings, _contexts, select_questions

@@ -33,6 +33,9 @@ from typing import Any
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
+from pydantic import BaseModel
+from tqdm import tqdm
+
 from memstrata.memory import Embedder, MemoryStore, Retriever, SearchWeights, Store
 from memstrata.packers import MemoryLine, pack, render
 from memstrata.programs import QA, ModelHandle, ProgramParseError
@@ -44,8 +47,6 @@ from memstrata.programs.ingest import fingerprint as ingest_fingerprint
 from memstrata.programs.judge import AnswerJudge
 from memstrata.programs.refs import ProgramRef
 from memstrata.trajectories import Recorder
-from pydantic import BaseModel
-from tqdm import tqdm
 
 from .baselines import TOKENIZERS, BM25Index
 from .locomo import (

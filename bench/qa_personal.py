@@ -16,6 +16,7 @@ import time
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
+
 from memstrata.memory import MemoryStore
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.answer import PersonalAnswerer

@@ -16,13 +16,13 @@ import inspect
 import time
 
 from dspy.utils.exceptions import ContextWindowExceededError
+
+from memstrata import Memory
 from memstrata.memory import MemoryStore
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.answer import PersonalAnswerer
 from memstrata.programs.answer_scores import score_answer
 from memstrata.trajectories import Recorder
-
-from memstrata import Memory
 
 from .locomo import Question
 from .qa_types import Answer, QASettings

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, Field, SerializeAsAny
+
 from memstrata.formats.locomo import ABSTAIN_ANSWER, ABSTAIN_CUE
 from memstrata.programs.answer import AnswerWithProvenance
 from memstrata.programs.qa import AnswerStyle
-from pydantic import BaseModel, Field, SerializeAsAny
 
 from .locomo import LOCOMO_DATE_STYLE
 

@@ -19,15 +19,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from memstrata.memory import Embedder, MemoryStore, Retriever, SearchWeights, Store
 from memstrata.memory.store.opener import describe, is_url, open_store
-from tqdm import tqdm
 
 from .baselines import TOKENIZERS, BM25Index
 from .corpus import EvalCorpus, EvalQuestion, load_corpus
 from .intervals import mean_interval, paired_ratio
 from .locomo import LoCoMoConversation, load_locomo
 from .metrics import percentiles, recall_at_k
+from .retrieval_ablation import ablate as ablate_pieces
 from .retrieval_cv import KNOBS, Evaluate, cross_validate
 
 KS = (5, 10, 25)
@@ -38,9 +40,8 @@ SINGLE_CHANNELS = ("lexical", "dense")
 """memstrata's channels measured alone; the best of them is the "best single channel"."""
 # Every channel and prior SearchWeights may have; a system keeps some and zeroes the rest
 # (only those the current SearchWeights defines, so a retired knob does not break it).
-_CHANNELS = ("lexical", "dense", "speaker_channels", "tags", "context", "feedback",
-             "expansion", "session", "speaker_boost", "time_boost", "when_boost", "asking",
-             "recency", "graph")
+_CHANNELS = ("lexical", "dense", "speaker_channels", "tags", "context", "expansion", "session",
+             "speaker_boost", "time_boost", "when_boost", "asking", "recency", "graph")
 
 
 def _zeroed(names: Sequence[str]) -> SearchWeights:
@@ -276,7 +277,7 @@ def _run_corpus(corpus: EvalCorpus, store_path: Path, url: str | None, *,
                 embedder: Embedder | None, weights: SearchWeights | None, cv: bool,
                 cv_rounds: int, cv_knobs: Mapping[str, Sequence[float]] | None,
                 encoders: Sequence[Embedder], rerank_lm: Any, rerank_depth: int,
-                progress: bool) -> dict[str, Any]:
+                progress: bool, ablate: bool = False) -> dict[str, Any]:
     """One corpus's section of ``retrieval.json``."""
     locomo = corpus.kind == "locomo"
     categories = LOCOMO_COLUMNS if locomo else corpus.categories
@@ -318,6 +319,10 @@ def _run_corpus(corpus: EvalCorpus, store_path: Path, url: str | None, *,
             results["memstrata"]["cv"] = _cv_section(
                 Retriever(store, embedder, weights), questions, weights or SearchWeights(),
                 cv_rounds, KNOBS if cv_knobs is None else cv_knobs, progress, categories)
+        if ablate:
+            results["memstrata"]["ablation"] = ablate_pieces(
+                _memoised(Retriever(store, embedder, weights), progress), questions,
+                weights or SearchWeights())
     finally:
         store.close()
     if url is not None:
@@ -388,6 +393,7 @@ def run_retrieval_bench(
     rerank_lm: Any = None,
     rerank_depth: int = 20,
     progress: bool = True,
+    ablate: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark on one corpus or several and return the ``retrieval.json`` document.
 
@@ -426,6 +432,8 @@ def run_retrieval_bench(
             (``programs.rerank``), with its calls, tokens and seconds per question and
             every reply in ``systems["memstrata+rerank"]["llm"]``.
         progress: show progress bars on stderr.
+        ablate: also switch each channel and prior off alone on each corpus (see
+            ``retrieval_ablation``); adds ``systems.memstrata.ablation``.
 
     Raises:
         ValueError: bad settings (``--cv`` on a corpus of one conversation, an encoder named
@@ -464,7 +472,8 @@ def run_retrieval_bench(
             sections[name] = _run_corpus(
                 corpus, store_path, url, embedder=embedder, weights=weights, cv=cv,
                 cv_rounds=cv_rounds, cv_knobs=cv_knobs, encoders=encoders,
-                rerank_lm=rerank_lm, rerank_depth=rerank_depth, progress=progress)
+                rerank_lm=rerank_lm, rerank_depth=rerank_depth, progress=progress,
+                ablate=ablate)
             sections[name]["seconds"] = round(time.perf_counter() - started, 1)
     if len(sections) == 1:
         (only,) = sections.values()

@@ -42,7 +42,6 @@ KNOBS: dict[str, tuple[float, ...]] = {
     "dense": (0.2, 0.4, 0.7),
     "speaker_channels": (0.1, 0.25, 0.5),
     "context": (0.25, 0.5, 0.8),
-    "feedback": (0.4, 0.8, 1.2),
     "expansion": (0.5, 1.0, 1.5),
     "expansion_sim": (0.4, 0.45, 0.5),
     "session": (0.3, 0.6, 1.0),

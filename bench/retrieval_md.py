@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .retrieval_ablation import ablation_markdown
+
 SINGLE = ("lexical", "dense")
 
 
@@ -94,6 +96,7 @@ def retrieval_markdown(doc: dict[str, Any]) -> str:
                 f"{best or '-'} {_f(best_v)} | {_ratio(_at(mine, k), best_v)} | {_f(cv)} | "
                 f"{_ratio(cv, bm25)} | {_ratio(cv, best_v)} |")
     lines += intervals_table(corpora)
+    lines += ablation_markdown(corpora)
     lines += ["", "## Search latency (ms, p50 / p95)", "",
               "| system | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for system in dict.fromkeys(s for c in names for s in corpora[c]["systems"]):

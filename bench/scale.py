@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
+
 from memstrata.memory import (
     Edge,
     EpisodicItem,
@@ -57,7 +59,6 @@ from memstrata.memory import (
     Store,
 )
 from memstrata.memory.extras import require
-from tqdm import tqdm
 
 from .baselines import TOKENIZERS, BM25Index
 from .metrics import percentiles

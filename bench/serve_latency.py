@@ -56,9 +56,8 @@ def build_store(path: Path, turns: int, seed: int = 0,
                 progress: Callable[[int], None] | None = None) -> None:
     """``turns`` turns of ``MAIN`` (and 1% as many of ``OTHER``) in a new store at
     ``path`` (``progress`` is called with each conversation's turn count)."""
-    from memstrata.formats import ConversationRecord, Message, SessionRecord
-
     from memstrata import Memory
+    from memstrata.formats import ConversationRecord, Message, SessionRecord
 
     corpus = make_corpus(turns, seed=seed)
     texts = [corpus.text(i) for i in range(len(corpus))]

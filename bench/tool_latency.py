@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
+
 from memstrata.tools import ToolSession
 from memstrata.trajectories import code_version
-from tqdm import tqdm
 
 from .scale import MAIN_USER, _ingest, _latency, make_corpus, make_queries
 

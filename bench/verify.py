@@ -20,10 +20,11 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from memstrata.memory import Store
 from memstrata.memory.route import Router
 from memstrata.memory.verify import Verification, VerifySettings, decide, verify
-from pydantic import BaseModel
 
 from .locomo import load_locomo, read_subset
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+from tqdm import tqdm
+
 from memstrata.memory import Embedder, Store
 from memstrata.memory.extras import require
 from memstrata.memory.models import with_caption
@@ -36,7 +38,6 @@ from memstrata.programs.voe import (
     run_turn,
 )
 from memstrata.trajectories import code_version
-from tqdm import tqdm
 
 from .locomo import LoCoMoConversation, read_subset, turn_metadata
 

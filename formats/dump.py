@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from memstrata.memory import MemoryStore
 from memstrata.memory.models import ITEM_ADAPTER, Conversation, Edge, Session, Turn
-from pydantic import ValidationError
 
 from .records import ImportFormatError
 

@@ -371,7 +371,7 @@ class Hit(_Model):
 
     ``score`` is in [0, 1] (``memory.retrieval``: the query's relevance to the memory times
     the hit's share of the best ``fused`` score). ``channels`` maps each channel that found
-    the node (``lexical``, ``feedback``, ``expansion``, ``speaker_lexical``, ``dense``,
+    the node (``lexical``, ``expansion``, ``speaker_lexical``, ``dense``,
     ``speaker_dense``, ``tags``) to what it added to the fused score; the priors then scale
     that sum and the graph adds to it, giving ``fused`` (a node only the graph reached has
     no channel).

@@ -80,7 +80,7 @@ class _Scoring(_CommonTerms):
 
 
 Channel = tuple[str, float, list[tuple[Ref, float]]]
-"""One ranked list of a search: its name (``lexical``, ``feedback``, ``expansion``,
+"""One ranked list of a search: its name (``lexical``, ``expansion``,
 ``speaker_lexical``, ``speaker``, ``dense``, ``speaker_dense``, ``tags``), its weight, its ``(ref,
 score)`` pairs best first."""
 
@@ -104,13 +104,6 @@ class SearchWeights(BaseModel):
     context: float = Field(
         0.5, ge=0, description="bm25 weight of the turns just before and after a turn"
     )
-    feedback: float = Field(
-        0.8, ge=0, description="lexical channel re-run with terms shared by the top hits"
-    )
-    feedback_docs: int = Field(3, ge=2, description="top lexical hits that feed the re-run")
-    feedback_max_rows: int = Field(
-        20_000, ge=0, description="skip the feedback re-run when it would score more rows "
-        "than this (it costs about what the first search did; 0 = never skip)")
     expansion: float = Field(
         1.0, ge=0, description="bm25 re-run with the tenant's words nearest to the query's "
         "in the embedder's space (needs an embedder; see expand.py)")
@@ -119,7 +112,7 @@ class SearchWeights(BaseModel):
     expansion_per_word: int = Field(3, ge=0, description="expansion words per query word")
     max_query_terms: int = Field(
         16, ge=0, description="a query with more distinct content words is searched by its "
-        "rarest this many, without the feedback and expansion re-runs (0 = no cap)")
+        "rarest this many, without the expansion re-run (0 = no cap)")
     expansion_max_rows: int = Field(
         50_000, ge=0, description="skip expansion for tenants with more rows than this "
         "(their vocabulary would be read inside a query; 0 = never skip)")
@@ -258,7 +251,7 @@ class Retriever:
             rows = self._text_priors(user_id, scores, qa)
         self._expand_graph(user_id, scores, allowed, nodes)
         if w.session:
-            self._session_prior(user_id, scores, info)
+            self._session_prior(user_id, scores, info, k)
 
         # A candidate nothing scored above zero (only an opposed vector found it) is no
         # hit: a search returns fewer hits rather than zero-score filler.
@@ -324,9 +317,9 @@ class Retriever:
     def _bounded(self, user_id: str, qa: QueryAnalysis) -> QueryAnalysis:
         """A query of more than ``max_query_terms`` distinct content words (a pasted error
         message, a paragraph) searched by its rarest ones in the tenant (ties: the
-        earlier first), and marked ``bounded``: the feedback and expansion re-runs exist
-        for short questions that lack words, and on a long query they cost a search
-        each and bring nothing it does not already say."""
+        earlier first), and marked ``bounded``: the expansion re-run exists for short
+        questions that lack words, and on a long query it costs a search and brings
+        nothing the query does not already say."""
         limit = self.weights.max_query_terms
         words = list(dict.fromkeys(t for t in qa.tokens if t in _content_words(qa)))
         if not limit or len(words) <= limit:
@@ -340,13 +333,12 @@ class Retriever:
 
     def _lexical_channels(self, user_id: str, qa: QueryAnalysis, node: str, filters: Filters,
                           expansion: list[str] | None = None) -> list[Channel]:
-        """bm25, its feedback and expansion re-runs, and bm25 within each named speaker's
-        turns."""
+        """bm25, its expansion re-run, and bm25 within each named speaker's turns."""
         w = self.weights
-        common: _CommonTerms = {"common_share": w.common_share,
-                                "common_min_docs": w.common_min_docs,
-                                "common_budget": w.common_budget}
-        scoring: _Scoring = {"context_weight": w.context, "idf_shift": w.idf_shift, **common}
+        scoring: _Scoring = {"context_weight": w.context, "idf_shift": w.idf_shift,
+                             "common_share": w.common_share,
+                             "common_min_docs": w.common_min_docs,
+                             "common_budget": w.common_budget}
         out: list[Channel] = []
         lexical = self.store.lexical_refs
         if w.lexical:
@@ -355,27 +347,6 @@ class Retriever:
             if w.speaker_field and node == "turn" and qa.speakers and hits:
                 hits = self._speaker_field(user_id, qa, hits)
             out.append(("lexical", w.lexical, hits))
-            top = [i for i, _ in hits[: w.feedback_docs]]
-            extra = (self._feedback_terms(user_id, top, qa)
-                     if w.feedback and hits and not qa.bounded else [])
-            terms = qa.content_tokens + extra
-            # On a big tenant the re-run scores tens of thousands of rows again (measured
-            # at 1M items: half of a query's time); its recall gain was measured on
-            # conversation-sized tenants, where it scores a few hundred.
-            affordable = not w.feedback_max_rows or self.store.match_cost(
-                user_id, terms, node=node, **common) <= w.feedback_max_rows
-            if extra and affordable and w.common_share and (
-                    self.store.index_rows(node) >= w.common_min_docs):
-                # A big index: the feedback terms only add to rows that hold a query term,
-                # and the first run's ranking is reused (Store.lexical's ``also``), so the
-                # re-run scores a fraction of the rows instead of all of them again. At
-                # 100k items such re-runs were the slowest tenth of the queries.
-                out.append(("feedback", w.feedback, lexical(
-                    user_id, qa.tokens, node=node, k=w.pool, filters=filters, also=extra,
-                    **scoring)))
-            elif extra and affordable:
-                out.append(("feedback", w.feedback, lexical(
-                    user_id, terms, node=node, k=w.pool, filters=filters, **scoring)))
             if expansion:
                 # The query's own words stay in: the new words add candidates that share
                 # the query's topic; alone they drift (a word's neighbours are not all apt).
@@ -462,26 +433,6 @@ class Retriever:
         refs = self.store.tagged(user_id, sorted(matched), self.weights.pool)
         return [(r, 1.0) for r in refs if allowed is None or r in allowed]
 
-    def _feedback_terms(self, user_id: str, top: list[Ref], qa: QueryAnalysis) -> list[str]:
-        """Pseudo-relevance feedback: up to 5 terms found in at least two of the top hits,
-        not in the query and not a known name (names prefix every turn).
-
-        Multi-hop and list questions name a category ("activities", "books") while the
-        evidence names instances; the instances recur in the top hits. Measured on the
-        LoCoMo dev split: recall@10 0.783 -> 0.796 at weight 0.8 (0.794-0.798 for 0.6-1.0).
-        """
-        names = {t for s in self.store.speakers(user_id) for t in textmod.tokens(s)}
-        seen: dict[str, int] = defaultdict(int)
-        for row in self.store.nodes(user_id, list(self.store.ids(user_id, top).values())
-                                    ).values():
-            for term in set(textmod.tokens(row["text"])):
-                seen[term] += 1
-        skip = set(qa.tokens) | names
-        # Ties broken by the term itself: set order varies with Python's hash seed.
-        ranked = sorted((t for t, n in seen.items() if n >= 2 and t not in skip),
-                        key=lambda t: (-seen[t], t))
-        return ranked[:5]
-
     # -- priors and expansion -------------------------------------------------------------
 
     def _apply_priors(self, scores: dict[Ref, float], info: dict[Ref, Facets],
@@ -543,7 +494,7 @@ class Retriever:
         return rows
 
     def _session_prior(self, user_id: str, scores: dict[Ref, float],
-                       info: dict[Ref, Facets]) -> None:
+                       info: dict[Ref, Facets], k: int | None = None) -> None:
         """Scale each turn by how well the best turn of its session scored.
 
         Passage retrieval gains from the score of the document around a passage (Callan
@@ -551,10 +502,23 @@ class Retriever:
         the turns that answer a question sit near the turn that matched it best. (A
         session's best turn scored better as its measure than the sum of its best three
         or ten turns.)
+
+        With ``k`` (the search's last step is its top ``k``), a turn that cannot reach the
+        top ``k`` even at the largest factor, x(1+``session``), is left unscaled and its
+        session is not read: every factor is at least 1, so the ``k``-th best score now
+        is a floor under the ``k``-th best after, and such a turn is never its session's
+        best beside a turn that can reach it. The top ``k`` is then the same as scaling
+        every turn (a search's candidates are hundreds; its turns worth scaling, dozens).
         """
-        turns = [r for r in scores if r[0] == "turn"]
         best_overall = max(scores.values(), default=0.0)
-        if not turns or best_overall <= 0:
+        if best_overall <= 0:
+            return
+        turns = [r for r in scores if r[0] == "turn"]
+        positive = [s for s in scores.values() if s > 0]
+        if k is not None and 0 < k < len(positive):
+            least, top = heapq.nlargest(k, positive)[-1], 1.0 + self.weights.session
+            turns = [r for r in turns if scores[r] * top >= least]
+        if not turns:
             return
         missing = [i for i in turns if i not in info]
         if missing:

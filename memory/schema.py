@@ -59,6 +59,15 @@ def _speakerless_turn_index(conn: sqlite3.Connection) -> None:
     conn.executemany("UPDATE turns_fts SET body = ?, context = ? WHERE rowid = ?", updates)
 
 
+def _passage_vectors(conn: sqlite3.Connection) -> None:
+    """Embed the passages of every long turn and item embedded with the shipped model
+    (``store.passage_vectors.backfill_passages``): the dense channel scores a long message by its
+    best passage too, and a store written before had only one vector a message."""
+    from .store.passage_vectors import backfill_passages
+
+    backfill_passages(conn)
+
+
 Migration = tuple[int, str, "str | Callable[[sqlite3.Connection], None]"]
 
 MIGRATIONS: list[Migration] = [
@@ -349,6 +358,7 @@ MIGRATIONS: list[Migration] = [
         CREATE INDEX api_keys_tenant ON api_keys (tenant)
         """,
     ),
+    (13, "passage vectors of long messages", _passage_vectors),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

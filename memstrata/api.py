@@ -164,7 +164,8 @@ class Memory:
                 turns. ``"queue"``: jobs are only recorded, for ``memstrata worker``
                 processes to run (no LM is needed here then). Or an
                 :class:`~memstrata.worker.ExtractionSettings` (mode, attempts before a
-                job is parked, lease, retry delays).
+                job is parked, lease, retry delays, and ``nice``: the worker thread's
+                lower OS priority, its model calls' included, 10 by default).
 
         Raises:
             ValueError: a program this memory does not use, or a file that is not that

@@ -164,7 +164,7 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
         cv=args.cv, cv_rounds=args.cv_rounds,
         encoders=[embedder_from_flag(True, name, "--encoders")
                   for name in csv_list(args.encoders, "--encoders") or []],
-        rerank_lm=rerank_lm, rerank_depth=args.rerank_depth,
+        rerank_lm=rerank_lm, rerank_depth=args.rerank_depth, ablate=args.ablate,
     )
     paths = [*write_retrieval_outputs(doc, args.out), write_retrieval_markdown(doc, args.out)]
     locomo_only = doc["benchmark"] == "locomo-retrieval"
@@ -609,6 +609,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hits the reranker sees per question (default 20)")
     p.add_argument("--cv-rounds", type=int, default=2, metavar="N",
                    help="coordinate-ascent rounds of each fold's knob search (default 2)")
+    p.add_argument("--ablate", action="store_true",
+                   help="also switch each channel and prior off alone on each corpus: its "
+                   "recall cost with a paired bootstrap interval, and leave-one-conversation-"
+                   "out (an ablation table in retrieval.json and retrieval.md)")
     p.set_defaults(func=cmd_bench_retrieval)
 
     p = bsub.add_parser("facts", help="extraction at ingest; evidence recall through facts "

@@ -30,6 +30,11 @@ The model runs outside ``Memory``'s lock; the store does not: the worker reaches
 store through :class:`LockedStore`, which takes the lock for each store call and for the
 whole of each ``transaction()`` block, so the worker's reads and writes stay serialised
 with the memory's other calls, as before.
+
+The memory's worker thread runs at a lower OS priority (``ExtractionSettings.nice``, 10 by
+default; Linux), and so do the threads it starts: an embedded model's compute threads
+(llama.cpp's) are started from the thread that calls the model. On a machine with few
+cores the model then takes the CPU only when the app's own threads (a search) leave it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import functools
 import inspect
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -97,6 +103,12 @@ class ExtractionSettings(BaseModel):
     retry_cap_s: float = Field(300.0, ge=0)
     poll_s: float = Field(1.0, gt=0, description="how often an idle worker looks for jobs "
                           "other processes recorded")
+    nice: int = Field(10, ge=0, le=19, description="the OS priority (Linux nice value, "
+                      "added to the process's) of the memory's worker thread and of the "
+                      "threads it starts, an embedded model's compute threads included: "
+                      "the app's own threads (another tenant's search) win the CPU from "
+                      "a running extraction. 0 keeps the process's priority. Linux only "
+                      "(elsewhere a thread's priority is the process's)")
 
     @classmethod
     def of(cls, value: str | ExtractionSettings | None) -> ExtractionSettings:
@@ -320,13 +332,18 @@ class Worker:
         return ran
 
     def start(self) -> None:
-        """Run :meth:`run` on a daemon thread (once; a second call does nothing)."""
+        """Run :meth:`run` on a daemon thread (once; a second call does nothing), at the
+        lower priority ``settings.nice`` sets."""
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self.run, name="memstrata-worker",
+        self._thread = threading.Thread(target=self._run_niced, name="memstrata-worker",
                                         daemon=True)
         self._thread.start()
+
+    def _run_niced(self) -> None:
+        lower_thread_priority(self.settings.nice)
+        self.run()
 
     @property
     def running(self) -> bool:
@@ -356,6 +373,22 @@ class Worker:
         """Block until this worker ends a job, at most ``timeout_s``."""
         with self._changed:
             self._changed.wait(timeout_s)
+
+
+def lower_thread_priority(nice: int) -> bool:
+    """Add ``nice`` to the calling thread's nice value (Linux: the value is per thread,
+    and threads it starts afterwards inherit it). True when it was set; False for 0,
+    on another OS (where ``setpriority`` would lower the whole process) or when the OS
+    refused."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return False
+    tid = threading.get_native_id()
+    try:
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(now + nice, 19))
+    except OSError:  # a sandbox without the call: the thread keeps its priority
+        return False
+    return True
 
 
 def job_dict(job: Job, *, events: bool = False) -> dict[str, Any]:

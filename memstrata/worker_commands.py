@@ -27,12 +27,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from memstrata import Memory
     from memstrata.agent_commands import model_from_args
     from memstrata.memory_commands import no_store
-    from memstrata.worker import ExtractionSettings, Worker
+    from memstrata.worker import ExtractionSettings, Worker, lower_thread_priority
 
     if store_missing(args.db):
         raise no_store(args.db)
     settings = ExtractionSettings(mode="queue", lease_s=args.lease, retry_s=args.retry,
-                                  poll_s=args.poll)
+                                  poll_s=args.poll, nice=args.nice)
+    # Before the model loads: its compute threads inherit the priority.
+    lower_thread_priority(settings.nice)
     handle = model_from_args(args)
     stop = threading.Event()
 
@@ -79,6 +81,9 @@ def add_worker_parser(sub: Any) -> None:
     p.add_argument("--retry", type=float, default=2.0,
                    help="seconds before a failed attempt's retry, doubled each time "
                    "(default 2)")
+    p.add_argument("--nice", type=int, default=0, choices=range(20), metavar="0-19",
+                   help="run at this much lower OS priority, the model's threads included "
+                   "(Linux; default 0: as started)")
     p.set_defaults(func=cmd_worker)
 
 

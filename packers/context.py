@@ -29,11 +29,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from pydantic import BaseModel, Field
+
 from memstrata.memory.models import StrategyItem
 from memstrata.memory.retrieval import Retriever
 from memstrata.memory.store import Filters
 from memstrata.memory.store.protocol import MemoryStore
-from pydantic import BaseModel, Field
 
 from .artefact import pack_l3
 from .layers import (

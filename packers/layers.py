@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pydantic import BaseModel, Field
+
 from memstrata.memory.bank import strategy_score
 from memstrata.memory.models import StrategyItem
-from pydantic import BaseModel, Field
 
 from .fit import MARK, cut_words, defuse, defuse_lines, fit_lines, flatten
 

@@ -15,10 +15,11 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from pydantic import BaseModel, Field
+
 from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle, parse_day, render_day
 from memstrata.memory.models import Hit
 from memstrata.memory.query import annotate_times
-from pydantic import BaseModel, Field
 
 from .fit import defuse, defuse_head
 

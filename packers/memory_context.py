@@ -37,6 +37,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Literal
 
+from pydantic import BaseModel, Field
+
 from memstrata.memory.bank import strategy_score
 from memstrata.memory.cognitive import CognitiveMemory
 from memstrata.memory.cognitive.recall import Recalled, recall
@@ -48,7 +50,6 @@ from memstrata.memory.store import Filters
 from memstrata.memory.store.protocol import MemoryStore
 from memstrata.memory.text import STOP_WORDS
 from memstrata.memory.voe_facts import PREDICTION_SOURCE, VoEFacts
-from pydantic import BaseModel, Field
 
 from .context import STRATEGY_POOL
 from .fit import flatten

@@ -30,12 +30,13 @@ from datetime import datetime
 from typing import Literal
 
 import dspy
+from pydantic import BaseModel
+
 from memstrata.memory import Filters, Hit, MemoryStore, Retriever
 from memstrata.memory.attribution import ConversationIndex
 from memstrata.memory.route import Route, Router
 from memstrata.memory.verify import Verification, VerifySettings, coverage, question_terms, verify
 from memstrata.packers import PackedContext, from_hits, pack
-from pydantic import BaseModel
 
 from .binding import Live
 from .qa import QA

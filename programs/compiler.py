@@ -44,10 +44,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 import dspy
-from memstrata.memory import Embedder, MemoryStore, SearchWeights
-from memstrata.trajectories import Recorder
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
+
+from memstrata.memory import Embedder, MemoryStore, SearchWeights
+from memstrata.trajectories import Recorder
 
 from .compiled import program_ref, read_program_file, save_program
 from .lm import ModelHandle

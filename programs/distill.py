@@ -30,11 +30,12 @@ from collections.abc import Sequence
 from typing import Annotated, Literal
 
 import dspy
+from pydantic import BaseModel, Field, StringConstraints
+from rapidfuzz import fuzz
+
 from memstrata.memory.bank import ConsolidationPolicy, fold
 from memstrata.memory.models import StrategyItem
 from memstrata.packers.fit import flatten
-from pydantic import BaseModel, Field, StringConstraints
-from rapidfuzz import fuzz
 
 from .judging import Verdict
 from .lm import ModelHandle

@@ -31,9 +31,10 @@ from dspy.primitives.code_interpreter import CodeInterpreterError
 from dspy.primitives.repl_types import REPLVariable
 from dspy.primitives.sandbox_serializable import SandboxSerializable, build_repl_variable
 from dspy.utils.exceptions import ContextWindowExceededError
+from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
+
 from memstrata.tools import BlobRef, ToolCall, ToolSession
 from memstrata.trajectories import Leakage, Recorder, measure, redact_text
-from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
 
 from .binding import UnboundProgramError
 from .errors import ProgramParseError

@@ -32,10 +32,11 @@ import threading
 from contextlib import nullcontext
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from memstrata.memory import MemoryStore, Turn
 from memstrata.memory.models import WorkingItem
 from memstrata.memory.voe_facts import PREDICTION_SOURCE, VoEFacts, similarity
-from pydantic import BaseModel, Field
 
 from .verb_calls import counting_calls
 from .voe import VoEPredictor, VoESettings, history_text

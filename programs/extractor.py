@@ -11,6 +11,8 @@ from datetime import date
 from typing import Annotated, Any
 
 import dspy
+from pydantic import BaseModel, Field
+
 from memstrata.memory.chunking import Chunk
 from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle, render_day
 from memstrata.memory.facts import (
@@ -23,7 +25,6 @@ from memstrata.memory.facts import (
     Extraction,
     chunk_text,
 )
-from pydantic import BaseModel, Field
 
 from .structured import StructuredPredict
 

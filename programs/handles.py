@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from dspy.primitives.sandbox_serializable import SandboxSerializable
+
 from memstrata.tools import BlobRef
 
 _DEFINE = '''import json as _json

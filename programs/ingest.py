@@ -27,6 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import dspy
+from pydantic import BaseModel, Field
+
+from memstrata.errors import MemstrataError
 from memstrata.memory import Embedder, Filters, MemoryStore
 from memstrata.memory.chunking import Chunk, ChunkSettings, chunk_turns
 from memstrata.memory.corpus import Corpus
@@ -37,9 +40,6 @@ from memstrata.memory.hierarchy import FactEvent, HierarchyStats, reconcile_conv
 from memstrata.memory.models import EntityItem, FactItem, QAPairItem, Turn
 from memstrata.memory.persona import build_persona
 from memstrata.trajectories import Recorder
-from pydantic import BaseModel, Field
-
-from memstrata.errors import MemstrataError
 
 from .cache import JsonlCache
 from .errors import ProgramParseError

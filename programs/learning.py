@@ -30,12 +30,13 @@ from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, Literal
 
+from pydantic import BaseModel, Field
+
 from memstrata.memory import MemoryStore
 from memstrata.memory.bank import ConsolidationPolicy
 from memstrata.memory.runs import RunRecord
 from memstrata.trajectories.loop import learn
 from memstrata.trajectories.recorder import as_text
-from pydantic import BaseModel, Field
 
 from .distill import Attempt, ExtractionPolicy
 from .judging import Verdict

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from dspy.clients.engines.base import validate_request
 from dspy.lm15 import ContextLengthError, Message, Response, TextPart, Usage, response_to_events
+
 from memstrata.memory.extras import require
 
 from .errors import ModelSetupError

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+
 from memstrata.memory.extras import locate
 from memstrata.trajectories.redact import redact_logs
 

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import dspy
+
 from memstrata.memory.dates import DEFAULT_DATE_STYLE
 from memstrata.memory.facts import Extraction, ground
 from memstrata.memory.voe_facts import similarity

@@ -28,9 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memstrata.memory.paths import memstrata_home
-
 from memstrata.errors import MemstrataError
+from memstrata.memory.paths import memstrata_home
 
 from .errors import ModelSetupError
 

@@ -15,10 +15,11 @@ from datetime import date, datetime
 from typing import Annotated
 
 import dspy
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
 from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle, render_day
 from memstrata.memory.timeparse import normalise_time, resolve_times
 from memstrata.packers import MemoryLine, parse, render
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from .structured import StructuredPredict
 

@@ -28,11 +28,12 @@ import uuid
 from typing import Annotated, Any, Literal
 
 import dspy
+from pydantic import BaseModel, Field, StringConstraints
+
 from memstrata.memory.cognitive import CognitiveMemory, Recalled
 from memstrata.memory.cognitive.values import numbers
 from memstrata.memory.text import STOP_WORDS
 from memstrata.tools.calculator import calculate
-from pydantic import BaseModel, Field, StringConstraints
 
 from .effort import EFFORT, GUIDANCE, ClassifyIntent, Effort, checked_intent
 from .structured import StructuredPredict

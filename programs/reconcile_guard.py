@@ -8,12 +8,13 @@ through the session, so they are not logged as the agent's calls). See
 
 from __future__ import annotations
 
+from pydantic import BaseModel, Field
+
 from memstrata.tools import ToolSession
 from memstrata.tools.personal_tools import (
     compare_entities_across_conversations,
     detect_contradictions,
 )
-from pydantic import BaseModel, Field
 
 
 class ReconcilerSettings(BaseModel):

@@ -7,6 +7,8 @@ import itertools
 from typing import Any
 
 import dspy
+from pydantic import BaseModel
+
 from memstrata.memory import MemoryStore
 from memstrata.memory.entities import (
     conversation_facts,
@@ -17,7 +19,6 @@ from memstrata.memory.entities import (
 from memstrata.tools import ToolSession
 from memstrata.tools.personal_tools import corpus
 from memstrata.trajectories import redact_text
-from pydantic import BaseModel
 
 from .errors import ProgramParseError
 from .lm import ModelHandle

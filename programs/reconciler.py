@@ -29,12 +29,13 @@ from typing import Annotated, Any, Literal
 
 import dspy
 from dspy.utils.callback import BaseCallback
+from pydantic import BaseModel, Field, StringConstraints
+
 from memstrata.memory.entities import ensure_entities
 from memstrata.tools import ToolCall, ToolError, ToolSession
 from memstrata.tools.base import Binding, check_cap
 from memstrata.tools.personal_tools import PERSONAL_TOOLS
 from memstrata.trajectories import redact_text
-from pydantic import BaseModel, Field, StringConstraints
 
 from .executors import NoRepeats, StopOnRepeat, _structured, react_step
 from .reconcile_guard import Guard, ReconcilerSettings, check

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import dspy
-from memstrata.memory import Hit, Retriever
 from pydantic import Field
+
+from memstrata.memory import Hit, Retriever
 
 from .lm import ModelHandle
 from .structured import StructuredPredict

@@ -46,11 +46,11 @@ import dspy
 from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError
 from dspy.primitives.python_interpreter import _jsonrpc_notification
 from dspy.utils.callback import with_callbacks
-from memstrata.memory.extras import MissingExtraError, require
-from memstrata.memory.paths import memstrata_home
 from pydantic import BaseModel, Field
 
 from memstrata.errors import MemstrataError
+from memstrata.memory.extras import MissingExtraError, require
+from memstrata.memory.paths import memstrata_home
 
 from .errors import ModelSetupError
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
+
 from memstrata.memory import MemoryStore
 
 

@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from typing import Annotated
 
 import dspy
+from pydantic import BaseModel, Field, StringConstraints
+
 from memstrata.memory import Conversation, MemoryStore, Session, Turn
 from memstrata.memory.voe_facts import ScoredFact, VoEFacts, similarity
-from pydantic import BaseModel, Field, StringConstraints
 
 from .binding import Live
 from .lm import ModelHandle

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memstrata.memory import Store
 
 # The PostgreSQL server and database fixtures (started only by a test that asks for one).

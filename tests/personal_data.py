@@ -14,7 +14,6 @@ from typing import Any
 from memstrata.bench.locomo import load_conversation
 from memstrata.formats.locomo import _parse_conversation
 from memstrata.memory import Store
-
 from tests.conftest import locomo_record
 
 

@@ -23,7 +23,6 @@ from tests.programs.test_voe import Script
 def _chat(db: Path, lines: bytes, scripted: Any, monkeypatch: pytest.MonkeyPatch,
           *extra: str) -> str:
     import memstrata.programs as programs
-
     from memstrata.chat_commands import cmd_chat
 
     monkeypatch.setattr(programs, "setup_lm", lambda *a, **k: scripted(Script()))

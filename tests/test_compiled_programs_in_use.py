@@ -10,6 +10,8 @@ from typing import Any
 
 import dspy
 import pytest
+
+from memstrata import Memory
 from memstrata.bench.locomo import load_locomo, read_locomo
 from memstrata.memory import Store
 from memstrata.programs.compiled import program_hash, save_program
@@ -17,8 +19,6 @@ from memstrata.programs.extractor import Extractor
 from memstrata.programs.ingest import ingest_conversation
 from memstrata.programs.qa import QA
 from memstrata.programs.voe import VoEPredictor
-
-from memstrata import Memory
 from tests.programs.test_ingest import SESSIONS
 from tests.programs.test_ingest import reply as extract_reply
 
@@ -100,7 +100,6 @@ def test_chat_and_ingest_refuse_a_program_they_do_not_use(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     import memstrata.programs as programs
-
     from memstrata.cli import main
 
     monkeypatch.setattr(programs, "setup_lm", lambda *a, **k: pytest.fail("model loaded"))
@@ -120,7 +119,6 @@ def test_chat_runs_with_a_compiled_predictor_and_names_it(tmp_path: Path, script
                                                          monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
     import memstrata.programs as programs
-
     from memstrata.chat_commands import cmd_chat
     from memstrata.cli import build_parser
     from tests.programs.test_voe import Script

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from memstrata.memory.extras import EXTRAS, PACKAGES, MissingExtraError, locate, require
 
 ROOT = Path(__file__).resolve().parents[1]

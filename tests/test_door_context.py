@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from memstrata import Memory
 from memstrata.memory.cognitive import CognitiveMemory
 from memstrata.memory.models import StrategyItem
 from memstrata.packers.memory_context import HEADERS, LAYERS
-
-from memstrata import Memory
 
 ANA = "ana"
 QUERY = "How do I ride the tram in Lisbon?"

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memstrata.memory.voe_facts import VoEFacts
 
 from memstrata import Memory
+from memstrata.memory.voe_facts import VoEFacts
 from tests.door_script import DoorScript
 
 ANA = "ana"

@@ -9,9 +9,9 @@ from typing import Any
 
 import dspy
 import pytest
-from memstrata.memory.models import StrategyItem
 
 from memstrata import Memory
+from memstrata.memory.models import StrategyItem
 from tests.door_script import DoorScript
 
 ANA = "ana"

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memstrata.memory import Store
-from memstrata.memory.store.jobs import LEASE_EXPIRED, LeaseLost
-from memstrata.programs.ingest import IngestError
 
 from memstrata import Memory
 from memstrata.errors import MemstrataError
+from memstrata.memory import Store
+from memstrata.memory.store.jobs import LEASE_EXPIRED, LeaseLost
+from memstrata.programs.ingest import IngestError
 from memstrata.worker import ExtractionSettings, JobTimeoutError, Worker
 from tests.conftest import field
 

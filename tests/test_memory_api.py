@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memstrata.formats import ImportFormatError
-from memstrata.memory.store.forget import tenant_tables
 
 from memstrata import Memory
+from memstrata.formats import ImportFormatError
+from memstrata.memory.store.forget import tenant_tables
 from tests.conftest import field
 
 README = Path(__file__).resolve().parents[1] / "README.md"

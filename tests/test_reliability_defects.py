@@ -9,13 +9,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
+from memstrata import Memory
+from memstrata.api import MAX_MESSAGE_BYTES, MAX_METADATA_DEPTH, MAX_QUERY_BYTES
 from memstrata.formats.records import ConversationRecord, Message, SessionRecord
 from memstrata.memory import FactItem, StoreError
 from memstrata.memory.store.opener import is_url, open_store
 from memstrata.memory.text import NEIGHBOUR_CHARS
-
-from memstrata import Memory
-from memstrata.api import MAX_MESSAGE_BYTES, MAX_METADATA_DEPTH, MAX_QUERY_BYTES
 
 SECRET = "hunter2zebra"
 

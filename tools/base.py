@@ -11,11 +11,11 @@ import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from memstrata.memory import MemoryStore, Retriever
-from memstrata.packers.fit import MARK, flatten
 from pydantic import BaseModel, Field
 
 from memstrata.errors import MemstrataError
+from memstrata.memory import MemoryStore, Retriever
+from memstrata.packers.fit import MARK, flatten
 
 
 class ToolCaps(BaseModel):

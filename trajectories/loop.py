@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import BaseModel, Field
+
 from memstrata.memory.bank import ConsolidationPolicy, Decision, embed_strategies
 from memstrata.memory.bank_forget import ForgettingPolicy, Retirement
 from memstrata.memory.embed import Embedder
 from memstrata.memory.models import StrategyItem
 from memstrata.memory.store.protocol import MemoryStore
-from pydantic import BaseModel, Field
 
 
 class LoopUpdate(BaseModel):

@@ -13,10 +13,11 @@ from datetime import UTC, datetime, time
 from typing import Annotated
 
 import dspy
+from pydantic import StringConstraints
+
 from memstrata.memory import MemoryStore, Retriever
 from memstrata.memory.cognitive.reading import sentences
 from memstrata.programs.structured import StructuredPredict
-from pydantic import StringConstraints
 
 from .scenarios import Article, Scenario
 

@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from tqdm import tqdm
+
+from memstrata import Memory
 from memstrata.memory import MemoryStore, Retriever, Store, Turn
 from memstrata.memory.cognitive import CognitiveMemory
 from memstrata.memory.models import Conversation, Session
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.reasoning import AdaptiveReasoner, ReasoningTrace
 from memstrata.trajectories.recorder import Recorder
-from tqdm import tqdm
-
-from memstrata import Memory
 
 from .baseline import PlainAnswerer, article_time, passages
 from .metacognition import metacognition, question_row

@@ -22,7 +22,6 @@ import unicodedata
 from statistics import fmean
 from typing import Annotated
 
-from memstrata.memory.cognitive.values import numbers
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -31,6 +30,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from memstrata.memory.cognitive.values import numbers
 
 _Text = Annotated[str, StringConstraints(min_length=1)]
 

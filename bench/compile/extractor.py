@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from tqdm import tqdm
+
 from memstrata.memory import Embedder, MemoryStore, SearchWeights, Store
 from memstrata.memory.chunking import Chunk
 from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle
@@ -49,7 +51,6 @@ from memstrata.programs.extractor import Extractor
 from memstrata.programs.ingest import IngestReport, IngestSettings, ingest_conversation, plan
 from memstrata.programs.metrics import Metric, extractor_metric
 from memstrata.programs.refs import ProgramRef
-from tqdm import tqdm
 
 from ..facts import locomo_ingest_settings, recall_through_facts, scored_questions
 from ..locomo import LoCoMoConversation, Question, apply_audit, load_locomo

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+
 from memstrata.memory import Embedder, MemoryStore, Retriever, SearchWeights
 from memstrata.programs import ModelHandle
 from memstrata.programs.answer import AnswerSources, PersonalAnswerer, answering_from

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dspy
+
 from memstrata.memory import Embedder, MemoryStore, SearchWeights
 from memstrata.programs.compiler import (
     CompileSets,

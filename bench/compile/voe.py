@@ -45,6 +45,9 @@ from typing import Any
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
+from pydantic import BaseModel
+from tqdm import tqdm
+
 from memstrata.memory import Embedder, MemoryStore, SearchWeights
 from memstrata.programs import ModelHandle, ProgramParseError
 from memstrata.programs.cache import JsonlCache
@@ -61,8 +64,6 @@ from memstrata.programs.compiler import (
 from memstrata.programs.metrics import Metric, voe_metric
 from memstrata.programs.refs import ProgramRef
 from memstrata.programs.voe import HIT, NO_FACTS, VoEResponder, VoESettings
-from pydantic import BaseModel
-from tqdm import tqdm
 
 from ..locomo import LoCoMoConversation
 from ..voe import PredictionContext, fuzzy, prediction_contexts

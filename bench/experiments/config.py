@@ -26,6 +26,8 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from memstrata.memory.bank import ConsolidationPolicy
 from memstrata.memory.bank_forget import ForgettingPolicy
 from memstrata.packers.context import Mode
@@ -34,7 +36,6 @@ from memstrata.programs.distill import ExtractionPolicy
 from memstrata.programs.executors import ExecutorSettings
 from memstrata.programs.judging import JudgingPolicy
 from memstrata.programs.rollouts import RolloutPolicy
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .names import CONFIG_DIR, EXPERIMENTS
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+
 from memstrata.memory.store.protocol import MemoryStore
 from memstrata.packers.context import Mode
 from memstrata.programs.answer_scores import score_answer

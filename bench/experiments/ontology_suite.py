@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import dspy
+from pydantic import StringConstraints
+
 from memstrata.memory.models import StrategyItem
 from memstrata.packers.context import Mode
 from memstrata.packers.layers import LayerBudgets, derived_constraints
@@ -16,7 +18,6 @@ from memstrata.programs.executors import Executor, ExecutorRun, ExecutorSettings
 from memstrata.programs.judging import Check
 from memstrata.programs.refs import ProgramRef
 from memstrata.tools import Binding, ToolSession
-from pydantic import StringConstraints
 
 from ..ontology import (
     OntologyTask,

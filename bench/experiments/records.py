@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel, Field, ValidationError
+
 from memstrata.memory.bank import Action
 from memstrata.programs.judging import Verdict
 from memstrata.programs.refs import ProgramRef
-from pydantic import BaseModel, Field, ValidationError
 
 
 class BankAction(BaseModel):

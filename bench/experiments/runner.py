@@ -34,6 +34,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+from tqdm import tqdm
+
 from memstrata.memory.bank import active_strategies, embed_strategies
 from memstrata.memory.embed import Embedder, default_embedder
 from memstrata.memory.models import StrategyItem
@@ -50,8 +53,6 @@ from memstrata.programs.refs import ProgramRef
 from memstrata.tools import ToolSession
 from memstrata.trajectories import Recorder, code_version, export_jsonl, git_commit
 from memstrata.trajectories.loop import learn
-from pydantic import ValidationError
-from tqdm import tqdm
 
 from .config import ExperimentConfig
 from .health import memory_health

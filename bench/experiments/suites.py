@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from pydantic import BaseModel, Field
+
 from memstrata.memory.models import StrategyItem
 from memstrata.memory.store.protocol import MemoryStore
 from memstrata.packers.context import Mode
@@ -24,7 +26,6 @@ from memstrata.programs.executors import Executor, ExecutorRun, ExecutorSettings
 from memstrata.programs.judging import Check
 from memstrata.programs.refs import ProgramRef
 from memstrata.tools import ToolSession
-from pydantic import BaseModel, Field
 
 MEMORY_DESC = "what memory holds for this task (sense card, constraints, strategies, guide)"
 # Tools the agent may use to reach L2/L3 itself in tools mode (seed 002's mode 2).

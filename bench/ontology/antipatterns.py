@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from memstrata.bench.ontology.graph import QueryOutcome, prefixes
 from pydantic import BaseModel
 from rdflib import RDF, RDFS, BNode, URIRef, Variable
 from rdflib import Literal as RDFLiteral
@@ -20,6 +19,8 @@ from rdflib.paths import AlternativePath, InvPath, MulPath, NegatedPath, Sequenc
 from rdflib.plugins.sparql.algebra import translateQuery
 from rdflib.plugins.sparql.parser import parseQuery
 from rdflib.plugins.sparql.parserutils import CompValue
+
+from memstrata.bench.ontology.graph import QueryOutcome, prefixes
 
 MISSING_PREFIX = "missing_prefix"
 SELECT_STAR_UNBOUNDED = "select_star_unbounded"

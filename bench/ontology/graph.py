@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyoxigraph as ox
-from memstrata.memory.extras import locate
 from pydantic import BaseModel, Field
+
+from memstrata.memory.extras import locate
 
 BRICK_VERSION = "1.5"  # the ontology folder inside brickschema; also brickschema's default
 BUILDING_NS = "http://example.org/building#"

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from itertools import permutations
 
+from pydantic import BaseModel, Field
+
 from memstrata.bench.ontology.antipatterns import Finding, check_antipatterns
 from memstrata.bench.ontology.graph import QueryOutcome, Status, execute
 from memstrata.bench.ontology.tasks import OntologyTask, Shape
-from pydantic import BaseModel, Field
 
 MAX_TABLE_COLUMNS = 6  # columns tried when matching a TABLE answer (bounds permutations)
 

@@ -12,8 +12,9 @@ from enum import IntEnum, StrEnum
 from functools import lru_cache
 from pathlib import Path
 
-from memstrata.bench.ontology.graph import DATA_DIR, Key, QueryOutcome, execute
 from pydantic import BaseModel, Field, model_validator
+
+from memstrata.bench.ontology.graph import DATA_DIR, Key, QueryOutcome, execute
 
 TASKS_JSON = DATA_DIR / "ontology_tasks.json"
 

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
-    from memstrata.memory import Store
-
     from memstrata.api import Memory
+    from memstrata.memory import Store
 
 HEADLINE = ("lost_writes", "integrity_failures", "crashes", "breaches", "escapes",
             "secrets_found", "deleted_bytes_found", "parity_mismatches", "imports_losing_rows")

@@ -171,9 +171,8 @@ def serve_forks() -> None:
 
     for key, value in _FORK_ENV.items():
         os.environ.setdefault(key, value)
-    from memstrata.memory import default_embedder
-
     import memstrata.api  # noqa: F401 - loaded once here, inherited by every worker
+    from memstrata.memory import default_embedder
 
     default_embedder().encode(["warm up the tokenizer"])
     out = sys.stdout
@@ -312,6 +311,7 @@ def index_problems(store: Store, embedder: Embedder | None) -> list[tuple[str, d
     no ``seq`` used twice in a conversation. Reads only.
     """
     import numpy as np
+
     from memstrata.memory.store import tenant_token
     from memstrata.memory.text import context_of, index_text
 
@@ -429,10 +429,9 @@ def writes_task(path: str, report: str, error_file: str, seed: int, cycle: int,
                 turns: list[str], items: list[str], max_s: float = 20.0) -> None:
     """The ``crash_writes`` worker: random writes until killed (or ``max_s``), each call
     reported (``begin`` line before, ``done`` line after it returned)."""
+    from memstrata import Memory
     from memstrata.formats import ConversationRecord, Message, SessionRecord
     from memstrata.memory import FactItem
-
-    from memstrata import Memory
 
     rng = random.Random(seed)
     say = Reporter(report)
@@ -922,10 +921,9 @@ class MigrationTemplate:
 def build_old_store(work: Path, version: int, turns: int, seed: int) -> MigrationTemplate:
     """A store written by today's code through ``Memory`` (two tenants, conversations,
     facts with tags, updates, a blob), taken back to schema ``version``."""
+    from memstrata import Memory
     from memstrata.formats import ConversationRecord, Message, SessionRecord
     from memstrata.memory import FactItem
-
-    from memstrata import Memory
 
     rng = random.Random(seed)
     path = work / f"template-v{version}.db"
@@ -1107,11 +1105,10 @@ def build_tenants(path: Path, turns: int, seed: int) -> None:
     :func:`marker` (n)."""
     from datetime import UTC, datetime
 
+    from memstrata import Memory
     from memstrata.formats import ConversationRecord, Message, SessionRecord
     from memstrata.memory import FactItem
     from memstrata.memory.runs import RunRecord, StepRecord
-
-    from memstrata import Memory
 
     rng = random.Random(seed)
     _remove_store(path)

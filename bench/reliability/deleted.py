@@ -330,9 +330,8 @@ def on_postgres(ctx: Context, result: Scenario, rng: random.Random, per_kind: in
 
 def _readable(url: str, trial: Trial) -> dict[str, str]:
     """The removed markers that some read of the tenant returns (marker -> which read)."""
-    from memstrata.memory.models import ITEM_KINDS
-
     from memstrata import Memory
+    from memstrata.memory.models import ITEM_KINDS
 
     found: dict[str, str] = {}
     with Memory.open(url) as memory:

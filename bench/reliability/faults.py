@@ -108,9 +108,8 @@ def _count(path: Path, table: str) -> int:
 
 def _seed(path: Path, turns: int, rng: random.Random, user: str = USER) -> dict[str, str]:
     """A store with ``turns`` turns, an item and a blob of ``user``; returns id -> text."""
-    from memstrata.memory import FactItem
-
     from memstrata import Memory
+    from memstrata.memory import FactItem
 
     words = ["river", "stone", "lamp", "orchard", "violin", "harbour", "maple", "comet"]
     committed: dict[str, str] = {}
@@ -138,10 +137,9 @@ def _fail(result: Scenario, verdict: tuple[str, str, str] | None, **detail: Any)
 
 def _fill_api(result: Scenario, path: Path, rng: random.Random, tally: Counter[str]) -> None:
     """One API trial: seed, cap the file, write until the store is full, then check."""
+    from memstrata import Memory
     from memstrata.memory import FactItem
     from memstrata.tools import ToolError, ToolSession
-
-    from memstrata import Memory
 
     committed = _seed(path, rng.randint(3, 12), rng)
     turns_before = _count(path, "turns")

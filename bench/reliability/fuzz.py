@@ -90,9 +90,8 @@ _LIFE = [
 def seed_tenants(path: Path | str, seed: int) -> Tenants:
     """Write alice's and bob's conversations, items, blobs and events into ``path`` (a
     file, or a PostgreSQL URL)."""
-    from memstrata.memory import FactItem, StrategyItem
-
     from memstrata import Memory
+    from memstrata.memory import FactItem, StrategyItem
 
     marker = f"zebramark{seed:04d}q"
     tenants = Tenants(path=path, marker=marker, bob_blob=f"bobnotes{seed}")
@@ -641,9 +640,8 @@ def _finish(result: Scenario, tally: Tally, tenants: Tenants, before: list[Any],
 
 def hostile_tools(ctx: Context) -> Scenario:
     """Fuzz every handle tool, every personal tool and every ``Memory`` method."""
-    from memstrata.tools import ToolSession, personal_tools
-
     from memstrata import Memory
+    from memstrata.tools import ToolSession, personal_tools
 
     result = Scenario(name="hostile_tools")
     started = time.perf_counter()

@@ -288,9 +288,8 @@ class World:
 
 def build_world(path: Path, rng: random.Random) -> World:
     """The store, with bob's conversation, a fact and a blob, all carrying a canary."""
-    from memstrata.tools import ToolSession
-
     from memstrata import Memory
+    from memstrata.tools import ToolSession
 
     canary = f"BOBCANARY{rng.getrandbits(48):012x}"
     memory = Memory.open(path, embedder=None)
@@ -565,6 +564,7 @@ def attempt_reconciler(w: World, tenant: str, poison: str, result: Scenario,
     from datetime import UTC, datetime
 
     import dspy
+
     from memstrata.programs.reconcile_run import store_decision
     from memstrata.programs.reconciler import Reconciler, ReconcilerSettings
 

@@ -197,6 +197,7 @@ def _set_env(bench: Bench, secrets: list[Secret]) -> None:
 
 def _handle(engine: ObedientEngine) -> Any:
     import dspy
+
     from memstrata.programs.lm import wrap_lm
 
     return wrap_lm(dspy.LM(engine.name, engine=engine, cache=False, num_retries=0),
@@ -244,6 +245,7 @@ def channel_lm_settings(bench: Bench, secrets: list[Secret]) -> None:
     on port 9 of the loopback): the run fails, recorded, and every library on the way
     logs what it logs."""
     import dspy
+
     from memstrata.programs.lm import wrap_lm
 
     k = _by_kind(secrets)
@@ -336,6 +338,7 @@ def channel_exception(bench: Bench, secrets: list[Secret]) -> None:
 def channel_reconciler(bench: Bench, secrets: list[Secret]) -> None:
     """A reconciler whose model writes keys into its reason; the decision is stored."""
     import dspy
+
     from memstrata.programs.reconcile_run import store_decision
     from memstrata.programs.reconciler import Reconciler
 

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memstrata.memory.extras import require
 from tqdm import tqdm
+
+from memstrata.memory.extras import require
 
 from .common import HEADLINE, Context, Scenario
 

@@ -33,7 +33,6 @@ from pathlib import Path
 # Imported here, so the fork server loads them (DSPy with them) once, before its first
 # fork: a worker then starts in milliseconds.
 import memstrata.programs.ingest  # noqa: F401  (DSPy: the worker's extraction)
-
 from memstrata import Memory
 from memstrata.worker import ExtractionSettings, Worker
 

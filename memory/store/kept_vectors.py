@@ -38,17 +38,24 @@ class KeptVectors:
         self._speaker_buffer = np.empty(0, dtype=object)
 
     def append(self, rows: Sequence[tuple[int, str, int, bytes]]) -> None:
-        """Add rows ``(rowid, node id, dim, vector)``, rowids ascending."""
+        """Add rows ``(rowid, node id, dim, vector)``, rowids ascending. A blob may hold
+        several vectors of ``dim`` (a node's passages): each is a row of ``matrix``, its
+        node id repeated in ``ids``."""
         if not rows:
             return
+        dim = rows[0][2]
         with stored_value("a stored vector"):  # a blob cut short on disk
+            if any(not r[3] or len(r[3]) % (4 * dim) for r in rows):
+                raise ValueError(f"a vector blob is no whole number of {dim}-d vectors")
             block = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32
-                                  ).reshape(len(rows), rows[0][2])
+                                  ).reshape(-1, dim)
         n = len(self.ids)
         # A first read keeps no spare rows: most tenants are read once, never added to.
         self._buffer = _appended(self._buffer, n, block) if n else block
         self.matrix = self._buffer[:n + len(block)]
-        self.ids = [*self.ids, *(r[1] for r in rows)]  # a new list: readers hold the old one
+        added = ([r[1] for r in rows] if len(block) == len(rows) else
+                 [r[1] for r in rows for _ in range(len(r[3]) // (4 * dim))])
+        self.ids = [*self.ids, *added]  # a new list: readers hold the old one
         self.last = (rows[-1][0], rows[-1][1], rows[-1][3])
 
     def add_speakers(self, more: np.ndarray) -> np.ndarray:
@@ -75,9 +82,12 @@ class KeptVectors:
         if conn.execute("SELECT 1 FROM temp.vectors_gone WHERE user_id = ? AND model = ?",
                         (user_id, model)).fetchone():
             return False
+        # "+user_id" keeps the planner on the rowid range past the last kept row; with
+        # none kept that range is every tenant's rows, so the tenant index then.
+        tenant = "+user_id" if self.ids else "user_id"
         rows = conn.execute(
             "SELECT rowid, node_id, dim, vector FROM embeddings WHERE rowid >= ?"
-            " AND +user_id = ? AND model = ? ORDER BY rowid",
+            f" AND {tenant} = ? AND model = ? ORDER BY rowid",
             (self.last[0], user_id, model)).fetchall()
         if self.ids:
             if not rows or (rows[0][0], rows[0][1], rows[0][3]) != self.last:

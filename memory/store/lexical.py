@@ -36,6 +36,7 @@ from .postings import (
     with_terms,
 )
 from .rows import _TABLE, Ref, tenant_token
+from .shared import MISS
 
 
 class LexicalSearch(NodeLookups):
@@ -96,6 +97,12 @@ class LexicalSearch(NodeLookups):
             return []
         common: list[str] = []
         if common_share > 0:
+            if (not fresh and stats.rows >= max(common_min_docs, 1) and len(query_tokens) > 1
+                    and set(self._weights(node, context_weight)) == set(INDEXES[node].columns)):
+                # The split reads every token's count, and every token's list is read
+                # after it (as rare or as common): read the lists first, and their lengths
+                # are the counts (``_term_docs``), with no walk of the vocabulary table.
+                self._lists(user_id, node, textmod.match_tokens(query_tokens), context_weight)
             query_tokens, common = self._split_common(query_tokens, node, common_share,
                                                       common_min_docs, user_id, stats.rows,
                                                       common_budget)
@@ -134,7 +141,7 @@ class LexicalSearch(NodeLookups):
             rows = self._lengths_of(user_id, node, bool(self._depth)).tenant(user_id)[0]
             query_tokens = self._split_common(query_tokens, node, common_share,
                                               common_min_docs, user_id, rows, common_budget)[0]
-        return sum(self._term_docs(query_tokens, node, tenant_token(user_id)).values())
+        return sum(self._term_docs(query_tokens, node, user_id).values())
 
     def index_rows(self, node: str) -> int:
         """Rows in the full-text index of turns or items, all tenants (cached)."""
@@ -280,7 +287,7 @@ class LexicalSearch(NodeLookups):
         token rare."""
         if total < max(min_docs, 1) or len(tokens) < 2:
             return tokens, []
-        df = self._term_docs(tokens, node, tenant_token(user_id))
+        df = self._term_docs(tokens, node, user_id)
         kept: set[str] = set()
         rows = 0
         for n, term in enumerate(sorted(set(tokens), key=lambda t: (df[t], t))):
@@ -295,18 +302,46 @@ class LexicalSearch(NodeLookups):
     def term_docs(self, user_id: str, tokens: Sequence[str]) -> dict[str, int]:
         """How many of the tenant's turns and items hold each of ``tokens`` (index tokens,
         ``text.tokens``)."""
-        tenant = tenant_token(user_id)
-        turns = self._term_docs(list(tokens), "turn", tenant)
-        items = self._term_docs(list(tokens), "item", tenant)
+        turns = self._term_docs(list(tokens), "turn", user_id)
+        items = self._term_docs(list(tokens), "item", user_id)
         return {t: turns.get(t, 0) + items.get(t, 0) for t in tokens}
 
-    def _term_docs(self, tokens: list[str], node: str, tenant: str) -> dict[str, int]:
-        """How many of the tenant's rows hold each token (FTS5's own counts, cached)."""
+    def _term_docs(self, tokens: list[str], node: str, user_id: str) -> dict[str, int]:
+        """How many of the tenant's rows hold each token (FTS5's own counts, cached).
+
+        Outside a write transaction the counts are kept while the tenant's own rows in
+        the index stay as they are (``RowLengths.generation``), so another tenant's
+        writes leave them: each count is a read of the term's whole posting list, and
+        re-reading a big tenant's after every write elsewhere cost a search ~40 ms."""
         vocab = "turns_vocab" if node == "turn" else "items_vocab"
+        tenant = tenant_token(user_id)
         df = {}
-        for token in set(tokens):
-            # the tenant's own document count
-            term = textmod.tenant_term(tenant, textmod.fts_term(token))
-            df[token] = self._cached(("df", vocab, term), lambda t=term: (self.conn.execute(
-                f"SELECT doc FROM {vocab} WHERE term = ?", (t,)).fetchone() or (0,))[0])
+        with self._lock:  # the version and the counts read under it are of one moment
+            kept = None
+            if not self._depth:  # uncommitted rows must not outlive a rollback in the cache
+                kept = (self._lengths_of(user_id, node).generation(user_id),
+                        self.data_version()[1])
+            for token in set(tokens):
+                # the tenant's own document count
+                term = textmod.tenant_term(tenant, textmod.fts_term(token))
+
+                def count(t: str = term) -> int:
+                    # A list this search read already holds the count (lexical_refs reads
+                    # a split query's lists first): the vocabulary table walks the list.
+                    kept_docs = None if self._depth else self._postings.docs(
+                        INDEXES[node], self.data_version(), t)
+                    if kept_docs is not None:
+                        return kept_docs
+                    return int((self.conn.execute(f"SELECT doc FROM {vocab} WHERE term = ?",
+                                                  (t,)).fetchone() or (0,))[0])
+
+                if kept is None:
+                    df[token] = self._cached(("df", vocab, term), count)
+                    continue
+                # A key of its own: these versions are not data versions.
+                value = self._cache.get(("tenant_df", vocab, term), kept)
+                if value is MISS:
+                    value = count()
+                    self._cache.put(("tenant_df", vocab, term), kept, value)
+                df[token] = value
         return df

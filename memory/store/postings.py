@@ -127,6 +127,7 @@ class RowLengths:
         self._codes: dict[str, int] = {}
         self._tenant_rows = np.zeros(0, np.int64)
         self._tenant_tokens = np.zeros(0, np.int64)
+        self._tenant_changes = np.zeros(0, np.int64)
 
     def tenant(self, user_id: str) -> tuple[int, int]:
         """``(rows, tokens)`` of one tenant's rows in the index (synced, as ``rows``)."""
@@ -134,6 +135,14 @@ class RowLengths:
         if code is None:
             return 0, 0
         return int(self._tenant_rows[code]), int(self._tenant_tokens[code])
+
+    def generation(self, user_id: str) -> int:
+        """A number that moves whenever the synced rows of one tenant change (a row of
+        theirs added, rewritten or deleted, or the whole cache read again), and only
+        then: what a per-tenant value read from the index (a term's document count) can
+        be kept under while other tenants write."""
+        code = self._codes.get(user_id)
+        return -1 if code is None else int(self._tenant_changes[code])
 
     def stats(self, user_id: str, idf_shift: float = 0.0) -> TenantStats | None:
         """The tenant's :class:`TenantStats`, or None when it has no row in the index."""
@@ -177,6 +186,7 @@ class RowLengths:
         self.rows = self.tokens = self.last = 0
         self._tenant_rows[:] = 0
         self._tenant_tokens[:] = 0
+        self._tenant_changes += 1  # never reset: a tenant's number only grows
         self._load(conn, "1", [])
 
     def _load(self, conn: Conn, where: str, args: list[Any]) -> None:
@@ -204,6 +214,8 @@ class RowLengths:
                 self._tenant_rows[code:] = 0
                 self._tenant_tokens = np.resize(self._tenant_tokens, size)
                 self._tenant_tokens[code:] = 0
+                self._tenant_changes = np.resize(self._tenant_changes, size)
+                self._tenant_changes[code:] = 0
         return code
 
     def _set(self, ids: np.ndarray, totals: np.ndarray, owners: np.ndarray) -> None:
@@ -229,6 +241,8 @@ class RowLengths:
         came = now & (owners >= 0)
         np.add.at(self._tenant_rows, owners[came], 1)
         np.add.at(self._tenant_tokens, owners[came], totals[came])
+        np.add.at(self._tenant_changes, old_owner[gone], 1)
+        np.add.at(self._tenant_changes, owners[came], 1)
         self.lengths[ids] = totals
         self.owner[ids] = np.where(now, owners, -1)
         if now.any():
@@ -317,6 +331,18 @@ class Postings:
             stash.clear()
             return []
         return new
+
+    def docs(self, index: FtsIndex, version: Any, term: str) -> int | None:
+        """The rows of ``index`` holding ``term`` (the ``fts5vocab`` row table's count),
+        from a kept list read with every column of the index searched, when the kept
+        lists are at ``version``; None when no such list is kept."""
+        at = self._at.get(index.instances)
+        if at is None or at[0] != version:
+            return None
+        for key in self._by_term.get((index.instances, term), ()):
+            if {name for name, _ in key[2]} == set(index.columns):
+                return len(self._lists[key][0])
+        return None
 
     def get(self, conn: Conn, version: Any, index: FtsIndex,
             lengths: RowLengths, terms: Sequence[str], weights: Mapping[str, float]

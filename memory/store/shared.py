@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ..blas import one_blas_thread
 from ..embed import Embedder, default_embedder
 from ..models import Item, utcnow
 from .rows import Facets, Ref, _nbytes
@@ -102,7 +103,8 @@ class DenseMemo:
         """``matrix @ query_vec`` (unit vectors: the cosines), computed once per pair."""
         sims = self.held(matrix, query_vec)
         if sims is None:
-            sims = matrix @ query_vec
+            with one_blas_thread():  # on busy cores, a split product waits for one
+                sims = matrix @ query_vec
             self._pass = (matrix, query_vec.tobytes(), sims)
         return sims
 

@@ -6,6 +6,15 @@ each row's speaker and ref, cached) and ``dense_refs`` (the dense channel of
 ``retrieval.py``: exact cosine over that matrix in NumPy, :func:`matrix_dense_refs`, which
 the PostgreSQL store runs too where its database has no pgvector column).
 
+A long node (text over ``passages.PASSAGE_CHARS``) also has its passages' vectors
+(``passages.split_passages``), all in one row of the model :func:`passage_model` names
+(``<model>#passages``; the blob holds them one after another): a long answer's vector is
+an average over topics that no question asks all at once, so the dense channel scores a
+long node by its whole vector raised toward its best passage (:func:`with_passages`).
+They are written with the node's vector (``_put_passages``, the encoder being the
+store's embedder when its name is the model's) and deleted with it (deletes go by node
+id); ``passage_vectors.backfill_passages`` gives an older store's long nodes theirs.
+
 SQLite-specific: vectors are raw float32 blobs in ``embeddings``, written with ``INSERT OR
 REPLACE`` (PostgreSQL: ``INSERT ... ON CONFLICT DO UPDATE``, and pgvector's ``vector``
 column, ranked in the database, where the server has the extension)."""
@@ -20,8 +29,35 @@ import numpy as np
 
 from .kept_vectors import KEPT_TENANTS, KeptVectors
 from .nodes import NodeLookups
+from .passage_vectors import (
+    PASSAGE_SHARE,
+    PASSAGE_SUFFIX,
+    node_text,
+    passage_encoder,
+    passage_model,
+    passage_vectors,
+)
 from .rows import Ref
 from .shared import DenseMemo, EmbeddingWrites
+
+
+def long_passages(store: Any, users: Sequence[str], ids: Sequence[str], model: str
+                  ) -> tuple[str, dict[str, np.ndarray], dict[str, str]] | None:
+    """What a write of ``model`` vectors for ``ids`` (``users`` their tenants) adds as
+    passage vectors: (the passage model's name, each long node's passage vectors, each
+    such node's tenant); None where nothing encodes ``model``'s passages. Both backends'
+    ``_put_vectors`` write it."""
+    encoder = passage_encoder(store.embedder, model)
+    if encoder is None or model.endswith(PASSAGE_SUFFIX):
+        return None
+    texts: dict[str, str] = {}
+    tenant: dict[str, str] = {}
+    for user in dict.fromkeys(users):
+        mine = [i for u, i in zip(users, ids, strict=True) if u == user]
+        for node_id, row in store.nodes(user, mine).items():
+            texts[node_id] = node_text(row)
+            tenant[node_id] = user
+    return passage_model(model), passage_vectors(encoder, texts), tenant
 
 
 class VectorStore(NodeLookups, EmbeddingWrites):
@@ -36,6 +72,24 @@ class VectorStore(NodeLookups, EmbeddingWrites):
             " VALUES (?,?,?,?,?)",
             [(i, model, u, vectors.shape[1], v.tobytes())
              for u, i, v in zip(users, ids, vectors, strict=True)])
+        self._put_passages(users, ids, model)
+
+    def _put_passages(self, users: Sequence[str], ids: Sequence[str], model: str) -> None:
+        """Write the passage vectors of the long nodes among ``ids`` (see the module) and
+        delete those of the others (a text edited short keeps none)."""
+        found = long_passages(self, users, ids, model)
+        if found is None:
+            return
+        name, vectors, tenant = found
+        short = [i for i in ids if i not in vectors]
+        for start in range(0, len(short), 500):
+            chunk = short[start:start + 500]
+            self.conn.execute(f"DELETE FROM embeddings WHERE model = ? AND node_id IN"
+                              f" ({','.join('?' * len(chunk))})", [name, *chunk])
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO embeddings (node_id, model, user_id, dim, vector)"
+            " VALUES (?,?,?,?,?)",
+            [(i, name, tenant[i], v.shape[1], v.tobytes()) for i, v in vectors.items()])
 
     def vectors(self, user_id: str, model: str) -> tuple[list[str], np.ndarray]:
         """All of a tenant's vectors for ``model`` as (node ids, float32 matrix).
@@ -135,11 +189,59 @@ def matrix_dense_refs(store: Any, user_id: str, model: str, query_vec: np.ndarra
     """
     if k < 1:
         return []
+    out = _matrix_refs(store, store._dense_memo, user_id, model, query_vec, k, allowed,
+                       nodes, speaker)
+    return with_passages(store, user_id, model, query_vec, k, out, allowed=allowed,
+                         nodes=nodes, speaker=speaker)
+
+
+def with_passages(store: Any, user_id: str, model: str, query_vec: np.ndarray, k: int,
+                  ranked: list[tuple[Ref, float]], *, allowed: set[Ref] | None,
+                  nodes: Sequence[str], speaker: str | None) -> list[tuple[Ref, float]]:
+    """``ranked`` (the ``k`` best nodes by their own vectors) merged with the ``k`` best
+    by their best passage (NumPy over the tenant's passage matrix), best first.
+
+    A long node found by a passage scores its whole vector's cosine ``w`` raised toward
+    its best passage's ``p``: ``w + PASSAGE_SHARE * (p - w)`` where ``p > w``. (Taking
+    ``p`` alone favours long nodes: the best of many passages beats a short turn by
+    chance more often than not.)
+    """
+    memo = getattr(store, "_passage_memo", None)
+    if memo is None:
+        memo = store._passage_memo = DenseMemo()
+    extra = _matrix_refs(store, memo, user_id, passage_model(model), query_vec, k, allowed,
+                         nodes, speaker)
+    if not extra:
+        return ranked
+    _, matrix = store.vectors(user_id, model)
+    whole = store._dense_memo.cosines(matrix, query_vec)
+    rows = _rows_of(store, user_id, model)
+    best = dict(ranked)
+    for ref, sim in extra:
+        row = rows.get(ref)
+        own = float(whole[row]) if row is not None else sim
+        if sim > own and math.isfinite(own):
+            best[ref] = max(best.get(ref, -math.inf), own + PASSAGE_SHARE * (sim - own))
+    return sorted(best.items(), key=lambda pair: -pair[1])[:k]
+
+
+def _rows_of(store: Any, user_id: str, model: str) -> dict[Ref, int]:
+    """Each ref's row in the tenant's ``model`` matrix, kept with the refs list it maps."""
+    refs = store.vector_refs(user_id, model)
+    held = getattr(store, "_passage_rows", None)
+    if held is None or held[0] is not refs:
+        held = store._passage_rows = (refs, {r: i for i, r in enumerate(refs) if r is not None})
+    return held[1]
+
+
+def _matrix_refs(store: Any, memo: DenseMemo, user_id: str, model: str,
+                 query_vec: np.ndarray, k: int, allowed: set[Ref] | None,
+                 nodes: Sequence[str], speaker: str | None) -> list[tuple[Ref, float]]:
+    """The ``k`` best distinct refs of one ``model`` matrix (see :func:`matrix_dense_refs`)."""
     _, matrix = store.vectors(user_id, model)
     if not len(matrix):
         return []
     ids = store.vector_refs(user_id, model)
-    memo: DenseMemo = store._dense_memo
     if speaker is None:
         return top_cosine(ids, memo.cosines(matrix, query_vec), k, allowed, nodes)
     nodes = tuple(n for n in nodes if n == "turn")  # items have no speaker
@@ -165,8 +267,9 @@ def top_cosine(
     (None: the node is gone).
 
     ``allowed`` and ``nodes`` filter the ranked list, which is widened until ``k`` survive
-    or the candidates run out. A row whose cosine is not a number (a vector's bytes
-    altered on disk: NaN) is left out.
+    or the candidates run out; a ref of several rows (a node's passages) is kept once, at
+    its best. A row whose cosine is not a number (a vector's bytes altered on disk: NaN)
+    is left out.
     """
     if not len(sims):
         return []
@@ -174,10 +277,16 @@ def top_cosine(
     while True:
         top = np.argpartition(-sims, want - 1)[:want]
         top = top[np.argsort(-sims[top])]
-        out = [(ref, sim) for i in top
-               if (ref := ids[i if rows is None else rows[i]]) is not None
-               and ref[0] in nodes and (allowed is None or ref in allowed)
-               and math.isfinite(sim := float(sims[i]))]
+        out: list[tuple[Ref, float]] = []
+        seen: set[Ref] = set()
+        for i in top:
+            ref = ids[i if rows is None else rows[i]]
+            if ref is None or ref in seen or ref[0] not in nodes or (
+                    allowed is not None and ref not in allowed):
+                continue
+            if math.isfinite(sim := float(sims[i])):
+                out.append((ref, sim))
+                seen.add(ref)
         if len(out) >= k or want == len(sims):
             return out[:k]
         want = min(len(sims), want * 4)

@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+
 from memstrata.bench.qa import answer_cache, run_locomo_bench
 from memstrata.bench.qa_personal import path_fingerprint
 from memstrata.bench.verify import run_verify_bench
+from memstrata.cli import main
 from memstrata.memory import Store
 from memstrata.memory.verify import VerifySettings
 from memstrata.programs.answer import AnswerSettings, PersonalAnswerer
-
-from memstrata.cli import main
 from tests.conftest import field, locomo_record
 
 QA_ITEMS = [

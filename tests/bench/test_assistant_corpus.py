@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from memstrata.bench.corpora import ASSISTANT
 from memstrata.bench.corpora.assistant import build, main
 from memstrata.bench.corpus import load_corpus

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.bench.cognitive.metacognition import calibrated, metacognition
 from memstrata.bench.cognitive.run import run_cognitive_bench
 from memstrata.bench.cognitive.scenarios import ScenarioFileError
-from memstrata.memory import Store
-
 from memstrata.cli import main
+from memstrata.memory import Store
 
 SCENARIOS = {
     "name": "tiny",

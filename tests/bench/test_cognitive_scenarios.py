@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.bench.cognitive.scenarios import (
     FORMAT_DOC,
     ScenarioFile,

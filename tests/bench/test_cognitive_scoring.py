@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memstrata.bench.cognitive.scoring import Rule, level_summary, matches, score, tokens
 from pydantic import ValidationError
+
+from memstrata.bench.cognitive.scoring import Rule, level_summary, matches, score, tokens
 
 
 def rule(**kwargs: object) -> Rule:

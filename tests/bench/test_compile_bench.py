@@ -12,15 +12,15 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.bench.compile import compile_sets, qa_examples, read_split
 from memstrata.bench.locomo import load_locomo, read_locomo
 from memstrata.bench.qa import QASettings, select_questions
+from memstrata.cli import main
 from memstrata.memory import Store
 from memstrata.programs.compiled import load_program, program_hash
 from memstrata.programs.compiler import Split
 from memstrata.programs.qa import QA
-
-from memstrata.cli import main
 from tests.bench.compile_helpers import optimizer_reply, scripted_cli_models, tiny_locomo
 from tests.conftest import field, locomo_record
 

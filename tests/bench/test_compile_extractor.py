@@ -13,9 +13,11 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.bench.compile import TASKS, ExtractorTask, read_split
 from memstrata.bench.compile.extractor import ShownChunk, compile_sets, select_chunks
 from memstrata.bench.locomo import LOCOMO_DATE_STYLE
+from memstrata.cli import main
 from memstrata.memory import Store
 from memstrata.memory.chunking import Chunk
 from memstrata.memory.facts import chunk_text
@@ -23,8 +25,6 @@ from memstrata.programs.compiled import load_program, program_hash, read_program
 from memstrata.programs.compiler import Budget, CompileJob, Models, Split, compile_program
 from memstrata.programs.extractor import Extractor
 from memstrata.programs.metrics import extractor_metric
-
-from memstrata.cli import main
 from tests.bench.compile_helpers import optimizer_reply, scripted_cli_models, tiny_locomo
 from tests.conftest import field, locomo_record
 

@@ -13,18 +13,18 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.bench.compile import SparqlTask
 from memstrata.bench.compile.sparql import LEVEL_SPLIT, TASK_FILE, read_levels
 from memstrata.bench.experiments.ontology_suite import sparql_agent
 from memstrata.bench.ontology import load_tasks
+from memstrata.cli import main
 from memstrata.memory import Store
 from memstrata.programs import setup_lm
 from memstrata.programs.compiled import load_program, program_hash, save_program
 from memstrata.programs.compiler import BUDGETS, CompileJob, Models, Split, compile_program, spread
 from memstrata.programs.executors import Executor, ExecutorSettings
 from memstrata.programs.qa import QA
-
-from memstrata.cli import main
 from tests.conftest import ScriptedEngine, field
 
 TINY = ("L1-01", "L1-03", "L1-04", "L2-01", "L2-06", "L3-01", "L3-02")

@@ -14,14 +14,14 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.bench.compile.voe import VoETask, voe_contexts, voe_examples
 from memstrata.bench.voe import fuzzy, run_voe_bench
+from memstrata.cli import main
 from memstrata.memory import Store
 from memstrata.programs.compiled import load_program, program_hash, save_program
 from memstrata.programs.compiler import BUDGETS, CompileJob, Models, Split, compile_program, spread
 from memstrata.programs.voe import HIT, NO_FACTS, VoEResponder, VoESettings
-
-from memstrata.cli import main
 from tests.bench.compile_helpers import optimizer_reply, scripted_cli_models, tiny_locomo
 from tests.conftest import field, locomo_record
 

@@ -11,9 +11,8 @@ from typing import Any
 
 from memstrata.bench.cognitive.run import run_cognitive_bench
 from memstrata.bench.qa import run_locomo_bench
-from memstrata.memory import Store
-
 from memstrata.cli import main
+from memstrata.memory import Store
 from tests.bench.test_cognitive_bench import SCENARIOS
 from tests.bench.test_cognitive_bench import _reply as cognitive_reply
 from tests.bench.test_qa_bench import QA_ITEMS, reader

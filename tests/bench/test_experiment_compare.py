@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.bench.experiments.compare import Comparison, compare_runs, load_run
 from memstrata.bench.experiments.records import MemoryHealth, TaskResult
 from memstrata.bench.experiments.report import summarise, write_summary

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.bench.experiments import health as health_mod
 from memstrata.bench.experiments.health import memory_health, usage_distribution
 from memstrata.bench.experiments.records import BankAction, TaskResult

@@ -10,6 +10,7 @@ from typing import Any
 import dspy
 import pytest
 from dspy.utils import DummyLM
+
 from memstrata.bench.experiments import (
     OntologySuite,
     Runner,
@@ -19,11 +20,10 @@ from memstrata.bench.experiments import (
 from memstrata.bench.experiments.config import ExperimentConfig
 from memstrata.bench.experiments.runner import ordered
 from memstrata.bench.ontology import load_tasks
+from memstrata.cli import main
 from memstrata.memory import Store
 from memstrata.memory.bank import active_strategies
 from memstrata.programs import wrap_lm
-
-from memstrata.cli import main
 from tests.conftest import FakeEmbedder, ScriptedEngine
 
 FILES = {"config.json", "run.json", "results.jsonl", "trajectories.jsonl", "memory.db",
@@ -118,10 +118,9 @@ def test_cli_runs_an_experiment_and_prints_the_interface(
 def test_a_context_over_budget_is_counted_and_fails_the_command(
         tmp_path: Path, task_file: Path, three: list[Any], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
+    import memstrata.experiment_commands as commands
     import memstrata.packers.context as context
     from memstrata.packers import PackedLayer
-
-    import memstrata.experiment_commands as commands
 
     def overflowing(items: Any, *, budget: int, **_: Any) -> PackedLayer:
         text = "x" * (budget + 1)  # a packer that breaks its budget
@@ -497,7 +496,6 @@ def test_cli_compare_and_errors(tmp_path: Path, task_file: Path, three: list[Any
 
 def test_locomo_suite_through_the_executor_with_memory_tools(tmp_path: Path) -> None:
     from memstrata.bench.experiments import LocomoSuite
-
     from tests.conftest import locomo_record
 
     qa = [{"question": "What pet did Alice adopt?", "answer": "a guinea pig",
@@ -595,7 +593,6 @@ def test_tools_mode_and_naive_tools(tmp_path: Path, task_file: Path, three: list
 
 def test_locomo_suite_on_the_rlm_executor(tmp_path: Path) -> None:
     from memstrata.bench.experiments import LocomoSuite
-
     from tests.conftest import InProcessInterpreter, locomo_record
 
     qa = [{"question": "What pet did Alice adopt?", "answer": "a guinea pig",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from memstrata.bench.facts import facts_table, run_facts_bench
-
 from tests.conftest import field, locomo_record
 
 QA = [{"question": "What did Alice adopt?", "answer": "a guinea pig", "evidence": ["D1:1"],

@@ -9,6 +9,7 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.bench.ontology.grammar_probe import run_probe, sparql_pattern
 from memstrata.bench.ontology.graph import prefixes
 

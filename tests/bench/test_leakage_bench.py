@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+
 from memstrata.bench.leakage import run_leakage_bench, write_leakage_outputs
 from memstrata.bench.policy import NAME, SearchReadPolicy
 from memstrata.bench.tool_latency import run_tool_bench
-from memstrata.programs import ExecutorSettings, setup_lm
-
 from memstrata.cli import main
+from memstrata.programs import ExecutorSettings, setup_lm
 from tests.conftest import InProcessInterpreter, locomo_record
 
 QA = [{"question": "What pet did Alice adopt?", "answer": "a guinea pig", "evidence": ["D1:1"],

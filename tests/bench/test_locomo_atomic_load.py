@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from memstrata.bench.locomo import LoCoMoConversation, load_conversation, load_locomo, read_locomo
 from memstrata.memory import FactItem, Retriever, Store
 from memstrata.memory.store import tenant_token

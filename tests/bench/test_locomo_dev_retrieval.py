@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from memstrata.bench.locomo import LoCoMoConversation, apply_audit, load_locomo, read_locomo
 from memstrata.memory import Retriever, Store
 

@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+
 from memstrata.bench.locomo import (
     LoCoMoError,
     apply_audit,
@@ -295,7 +296,6 @@ def test_apply_audit_rejects_malformed_entries(quirky, write_json, entries: str)
 
 def test_each_conversation_is_also_one_transcript_blob(write_json, store) -> None:
     from memstrata.bench.locomo import load_locomo, read_locomo
-
     from tests.conftest import locomo_record
 
     convs = read_locomo(write_json("t.json", [locomo_record("conv-7")]))

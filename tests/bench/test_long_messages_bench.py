@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.bench.long_messages import (
     SHAPES,
     format_long_table,
@@ -15,7 +16,6 @@ from memstrata.bench.long_messages import (
     run_long_bench,
     write_long_outputs,
 )
-
 from memstrata.cli import main
 
 
@@ -54,11 +54,13 @@ def test_a_tiny_run_writes_the_document(doc: dict[str, Any], tmp_path: Path) -> 
         assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"] <= row["max_ms"]
         assert set(row["by_shape"]) == set(SHAPES)
     assert doc["search"]["memstrata"]["mean_hits"] > 0
+    assert doc["search"]["memstrata"]["first_ms"] > 0  # the warm-up, timed apart
     assert doc["search"]["p95_ratio_memstrata_over_bm25"] > 0
     assert set(doc["targets"]) >= {"search_p95_met", "ingest_batched_met"}
     [path] = write_long_outputs(doc, tmp_path)
     assert json.loads(path.read_text()) == json.loads(json.dumps(doc))
     assert "rank-bm25" in format_long_table(doc)
+    assert "first search of the process" in format_long_table(doc)
 
 
 def test_the_command_writes_long_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]

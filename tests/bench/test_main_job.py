@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from memstrata.bench.intervals import mean_interval, paired_difference, paired_ratio
 from memstrata.bench.main_job import main_markdown, run_main_job
-
 from tests.bench.test_qa_bench import QA_ITEMS, reader
 from tests.conftest import locomo_record
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from memstrata.bench.memory_api import add_latency, chat_search, main
 
 from memstrata import Memory
+from memstrata.bench.memory_api import add_latency, chat_search, main
 
 
 def test_add_latency_reports_a_search_after_each_add_beside_its_baseline(tmp_path: Path

@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memstrata.bench.baselines import TOKENIZERS, BM25Index
 from memstrata.bench.metrics import percentiles, recall_at_k
 

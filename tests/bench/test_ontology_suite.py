@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memstrata.bench.ontology import (
     ANTI_PATTERNS,
     Level,

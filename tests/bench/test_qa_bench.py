@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+
 from memstrata.bench.locomo import read_locomo
 from memstrata.bench.qa import answer_cache, run_locomo_bench, select_questions
 from memstrata.bench.qa_report import locomo_markdown, locomo_table, write_locomo_outputs
-
 from memstrata.cli import main
 from tests.conftest import field, locomo_record
 
@@ -155,6 +155,7 @@ def test_cli_runs_the_benchmark_and_rejects_bad_arguments(data, tmp_path, script
 def test_harness_runs_on_dspy_dummy_lm(data, tmp_path):
     import dspy
     from dspy.utils import DummyLM
+
     from memstrata.programs import CallMeter, ModelHandle
 
     answers = {item["question"]: {"answer": ANSWERS.get(next(
@@ -214,6 +215,7 @@ def test_the_bench_writes_locomo_style_and_the_library_iso(data, tmp_path, scrip
     import re
 
     import dspy
+
     from memstrata.bench.qa_types import LOCOMO_STYLE, QASettings
     from memstrata.memory import Store
     from memstrata.programs.answer import PersonalAnswerer

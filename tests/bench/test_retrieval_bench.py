@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+
 from memstrata.bench.locomo import Question
 from memstrata.bench.retrieval import run_retrieval_bench
 from memstrata.bench.retrieval_cv import changed, cross_validate, mean_recall, tune

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.bench.corpus import load_corpus, sniff
 from memstrata.bench.retrieval import LEXICAL_ONLY, run_retrieval_bench
 from memstrata.bench.retrieval_md import retrieval_markdown
@@ -154,8 +155,8 @@ def test_the_lexical_system_is_the_lexical_channel_alone() -> None:
     on = {name for name, value in LEXICAL_ONLY.model_dump().items()
           if isinstance(value, float) and value > 0}
     assert "lexical" in on
-    assert not on & {"dense", "speaker_channels", "tags", "context", "feedback", "expansion",
-                     "session", "graph", "speaker_boost", "time_boost", "when_boost", "asking"}
+    assert not on & {"dense", "speaker_channels", "tags", "context", "expansion", "session",
+                     "graph", "speaker_boost", "time_boost", "when_boost", "asking"}
 
 
 def test_the_cli_takes_several_data_files(files: dict[str, Path], tmp_path: Path,

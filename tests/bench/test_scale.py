@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.bench.scale import (
     MAIN_USER,
     format_scale_table,

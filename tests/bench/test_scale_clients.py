@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memstrata.bench import scale_clients as clients
 from memstrata.bench.scale import (
     BATCH,

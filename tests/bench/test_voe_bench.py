@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
+
 from memstrata.bench.locomo import read_locomo
 from memstrata.bench.voe import decide, pick_sessions, run_voe_bench, write_voe_outputs
-
 from memstrata.cli import main
 from tests.conftest import FakeEmbedder, field, locomo_record
 

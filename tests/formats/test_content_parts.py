@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from memstrata.formats import Message, to_message, to_messages
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.formats import ConversationRecord, ImportFormatError, read_locomo
 from memstrata.formats.locomo import LoCoMoError, parse_locomo, turn_metadata
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.formats import ImportFormatError, LongMemEvalQuestion, read_longmemeval
 from memstrata.formats.longmemeval import parse_longmemeval_date
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.formats import (
     ConversationRecord,
     ImportFormatError,

@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+
 from memstrata.memory import Store, StrategyItem
 from memstrata.memory.bank import ConsolidationPolicy, active_strategies
 from memstrata.memory.bank_forget import ForgettingPolicy
 from memstrata.memory.supersede import RELATION
-
 from tests.conftest import FakeEmbedder
 
 U = "u1"

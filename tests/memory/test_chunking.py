@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from memstrata.memory.chunking import ChunkSettings, chunk_turns
 from memstrata.memory.models import Turn
 

@@ -131,8 +131,9 @@ def test_forgetting_a_tenant_leaves_none_of_its_text_in_the_file(tmp_path: Path)
 def test_encoding_takes_no_lock_a_killed_process_could_leave_held() -> None:
     import threading
 
-    from memstrata.memory import StaticMiniLMEmbedder
     from tqdm import tqdm
+
+    from memstrata.memory import StaticMiniLMEmbedder
 
     embedder = StaticMiniLMEmbedder()
     held, release = threading.Event(), threading.Event()

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memstrata.memory import (
     MPNetEmbedder,
     StaticMiniLMEmbedder,

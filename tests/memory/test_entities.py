@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from memstrata.memory import EntityItem, FactItem, Retriever, Store
 from memstrata.memory.entities import (
     DISTINCT_FROM,
@@ -16,7 +17,6 @@ from memstrata.memory.entities import (
     record_separate,
 )
 from memstrata.memory.supersede import history, supersede
-
 from tests.personal_data import load
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from memstrata.memory import FactItem, Retriever, Store, Turn
 from memstrata.memory.text import tokens
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import numpy as np
 import pydantic
 import pytest
+
 from memstrata.memory import (
     ITEM_KINDS,
     ConsolidatedItem,

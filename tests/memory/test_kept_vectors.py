@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memstrata.memory import Conversation, FactItem, Session, Store, Turn
 
 U = "tenant"

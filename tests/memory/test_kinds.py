@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from memstrata.memory import Store
 from memstrata.memory.models import (
     Conversation,

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
 from memstrata.memory import Store
 from memstrata.memory.locking import Rows, retry_busy
 

@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
 from memstrata.memory import FactItem, Store
 from memstrata.memory import schema as schemamod
 from memstrata.memory.schema import LATEST_VERSION, MIGRATIONS, applied_versions, migrate

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memstrata.memory import Conversation, FactItem, Session, Store, Turn
 from memstrata.memory import text as textmod
 from memstrata.memory.store import Filters, tenant_token

@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memstrata.memory.query import analyse, named_speakers, time_range
 from memstrata.memory.text import STOP_WORDS, asking_share, index_text, tokens, words
 

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+
 from memstrata.memory import (
     Edge,
     Embedder,
@@ -180,7 +181,7 @@ def test_graph_second_hop_reaches_two_edges_out_at_its_share(store: Store) -> No
     far = store.add(FactItem(user_id=U, text="another sentence about nothing"))
     store.add_edges([Edge(user_id=U, src=seed, dst=near, relation="follows"),
                      Edge(user_id=U, src=near, dst=far, relation="follows")])
-    knobs = {"graph": 0.2, "session": 0, "context": 0, "feedback": 0}
+    knobs = {"graph": 0.2, "session": 0, "context": 0}
     one = {h.id: h.fused for h in Retriever(
         store, weights=SearchWeights(**knobs, graph_second=0)).search(U, "guinea pig", k=5)}
     assert set(one) == {seed, near}
@@ -300,23 +301,6 @@ def test_turn_context_holds_both_neighbours_and_is_refreshed_by_later_turns(stor
     assert found[0] == "D1:1" and set(found) == {"D1:0", "D1:1", "D1:2"}
 
 
-def test_feedback_finds_an_instance_the_question_only_names_by_category(store: Store) -> None:
-    """"hobbies" never appears beside "kiln", but the top hits for it share "pottery"."""
-    texts = ["my hobbies are pottery and hiking", "hobbies? pottery, always pottery",
-             "spent the weekend firing pottery in the kiln", "the tax office called again"]
-    store.add_turns([
-        Turn(user_id=U, conversation_id="c", session_id=f"s{n}", turn_id=f"D{n}:1", seq=n,
-             speaker="Ann", text=text)
-        for n, text in enumerate(texts)
-    ])
-    off = SearchWeights(graph=0, dense=0, speaker_channels=0, feedback=0)
-    on = off.model_copy(update={"feedback": 0.8})
-    assert "D2:1" not in [h.turn_id for h in Retriever(store, weights=off).search(U, "hobbies")]
-    found = [h.turn_id for h in Retriever(store, weights=on).search(U, "hobbies")]
-    assert found[:2] == ["D0:1", "D1:1"] or found[:2] == ["D1:1", "D0:1"]
-    assert "D2:1" in found and "D3:1" not in found
-
-
 def test_a_big_index_skips_terms_most_rows_share(store: Store) -> None:
     from memstrata.memory import FactItem
 
@@ -350,7 +334,7 @@ def _bowling_turns(store: Store) -> list[str]:
 
 
 # Every prior but the text priors off, so a score moves only by them.
-WHEN_ONLY = {"graph": 0, "session": 0, "context": 0, "feedback": 0, "speaker_boost": 0,
+WHEN_ONLY = {"graph": 0, "session": 0, "context": 0, "speaker_boost": 0,
              "time_boost": 0, "asking": 0}
 
 

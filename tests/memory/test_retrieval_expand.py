@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import numpy as np
+
 from memstrata.memory import FactItem, Retriever, SearchWeights, Store, Turn
 from memstrata.memory.expand import TermExpander, vocabulary_words
 
@@ -40,7 +41,7 @@ class SenseEmbedder:
         return out
 
 
-NO_DENSE = SearchWeights(dense=0, speaker_channels=0, graph=0, feedback=0, session=0)
+NO_DENSE = SearchWeights(dense=0, speaker_channels=0, graph=0, session=0)
 
 
 def _turns(store: Store, rows: list[tuple[str, str, str]], user: str = U) -> list[str]:
@@ -103,7 +104,7 @@ def test_session_prior_lifts_the_turn_beside_the_best_match(store: Store) -> Non
                          ("s1", "Ann", "the recital starts at eight"),
                          ("s2", "Ann", "the recital hall was cold")])
     # No idf shift: "recital" is in every turn, so the two later turns tie on bm25.
-    weights = SearchWeights(graph=0, context=0, feedback=0, session=0, idf_shift=0)
+    weights = SearchWeights(graph=0, context=0, session=0, idf_shift=0)
     plain = Retriever(store, weights=weights).search(U, "violin recital", k=3, min_score=0)
     assert {h.id for h in plain[1:]} == {ids[1], ids[2]}
     lifted = Retriever(store, weights=weights.model_copy(update={"session": 0.5})).search(
@@ -152,17 +153,6 @@ def test_also_terms_only_add_to_rows_holding_a_query_term(store: Store) -> None:
     # The reused first ranking never outlives a write.
     store.add(FactItem(user_id="u", text="a zebra"))
     assert len(store.lexical("u", ["zebra"], node="item", k=10, also=["river"])) == 3
-
-
-def test_big_index_feedback_rerun_keeps_the_first_runs_hits(store: Store) -> None:
-    store.add_many(FactItem(user_id="u", text=f"note {i} about gardening") for i in range(30))
-    store.add_many(FactItem(user_id="u", text=f"tulip bulbs and compost {i}") for i in range(3))
-    big = SearchWeights(common_min_docs=10, feedback_max_rows=0)
-    small = SearchWeights(common_min_docs=10**9, feedback_max_rows=0)
-    hits_big = Retriever(store, weights=big).search("u", "tulip", k=5)
-    hits_small = Retriever(store, weights=small).search("u", "tulip", k=5)
-    assert {h.id for h in hits_big} == {h.id for h in hits_small}
-    assert all("tulip" in h.text for h in hits_big)
 
 
 def test_file_store_page_cache_is_sized_for_search(tmp_path) -> None:

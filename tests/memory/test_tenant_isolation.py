@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from memstrata.memory import (
     Edge,
     FactItem,

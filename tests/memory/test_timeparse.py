@@ -8,6 +8,8 @@ import re
 from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
+from pydantic import ValidationError
+
 from memstrata.memory import timeparse
 from memstrata.memory.timeparse import (
     TimeSpan,
@@ -16,7 +18,6 @@ from memstrata.memory.timeparse import (
     resolve_times,
     says_when,
 )
-from pydantic import ValidationError
 
 MON_8_MAY = datetime(2023, 5, 8, 13, 56)  # LoCoMo's "1:56 pm on 8 May, 2023", a Monday
 SAT_13_MAY = datetime(2023, 5, 13, 10, 0)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from memstrata.memory import Conversation, Edge, FactItem, Session, Store, Turn
 from memstrata.memory.text import tokens
 

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
+
 from memstrata.memory import Store
 from memstrata.memory.models import StrategyItem
 from memstrata.packers.artefact import pack_l3, summarise_artefact
@@ -23,8 +25,6 @@ from memstrata.packers.layers import (
     pack_l4,
     strategy_score,
 )
-from pydantic import ValidationError
-
 from tests.conftest import FakeEmbedder
 
 FAST = settings(max_examples=60, deadline=None,

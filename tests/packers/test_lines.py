@@ -7,6 +7,7 @@ from datetime import datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memstrata.packers import MemoryLine, pack, parse, render
 from memstrata.packers.fit import defuse_head
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import dspy
 import pytest
 from dspy.utils import DummyLM
+
 from memstrata.memory import Conversation, FactItem, Session, Store, Turn
 from memstrata.memory.attribution import credit_turn
 from memstrata.memory.route import Router

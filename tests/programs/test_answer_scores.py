@@ -10,6 +10,7 @@ import doctest
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memstrata.programs import answer_scores
 from memstrata.programs.answer_scores import (
     bleu1,

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from memstrata.programs import ProgramParseError
 from memstrata.programs.distill import Attempt, ExtractionPolicy
 from memstrata.programs.judging import Verdict
-
 from tests.conftest import field
 
 U = "u1"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dspy
 import pytest
+
 from memstrata.programs import QA, setup_lm
 
 pytestmark = pytest.mark.slow

@@ -9,12 +9,12 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.memory import Store
 from memstrata.programs import ExecutorSettings, run_executor, wrap_lm
 from memstrata.programs.instrument import PromptTap
 from memstrata.tools import ToolSession
 from memstrata.trajectories import MASK, export_jsonl
-
 from tests.conftest import InProcessInterpreter, field, locomo_record
 
 

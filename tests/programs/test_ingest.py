@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from memstrata.bench.locomo import load_locomo, read_locomo
 from memstrata.memory import Store
 from memstrata.memory.chunking import ChunkSettings
 from memstrata.programs.ingest import IngestError, IngestSettings, ingest_conversation
-
 from tests.conftest import field
 
 SESSIONS = {

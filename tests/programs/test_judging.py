@@ -7,9 +7,9 @@ import hashlib
 from typing import Any
 
 import pytest
+
 from memstrata.programs.judge import JudgeRun
 from memstrata.programs.judging import RUBRIC_VERSION, Check, JudgingPolicy, Verdict
-
 from tests.conftest import field
 
 TASK = "List every AHU that feeds a VAV in building 1"
@@ -116,6 +116,7 @@ def test_verdict_bounds_confidence() -> None:
 
 def test_judge_runs_on_a_wrapped_dummy_lm() -> None:
     import dspy
+
     from memstrata.programs import wrap_lm
 
     handle = wrap_lm(dspy.utils.DummyLM([{"success": "false", "rationale": "empty result"}],

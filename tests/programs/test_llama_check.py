@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
-from memstrata.programs import ModelSetupError, llama_check
-from memstrata.programs.llama_engine import LlamaCppEngine
 
 from memstrata.cli import main
 from memstrata.doctor import Check, _cpu, run_checks
+from memstrata.programs import ModelSetupError, llama_check
+from memstrata.programs.llama_engine import LlamaCppEngine
 
 SEGFAULT = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
 FAILS = "raise RuntimeError('llama_decode returned -1')\n"

@@ -13,9 +13,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from memstrata.programs import ModelSetupError, models, setup_lm
 
 from memstrata.cli import main
+from memstrata.programs import ModelSetupError, models, setup_lm
 
 PARTS = [b"GGUF" + bytes(range(200)) * 3, b"second part " * 50, b"last"]
 

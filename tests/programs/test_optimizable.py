@@ -13,6 +13,7 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.memory import Store
 from memstrata.memory.chunking import Chunk
 from memstrata.memory.models import Turn
@@ -26,7 +27,6 @@ from memstrata.programs.qa import QA
 from memstrata.programs.structured import CompactJSONAdapter
 from memstrata.programs.voe import VoELoop, VoEPredictor, VoEResponder
 from memstrata.tools import HANDLE_TOOLS, ToolSession
-
 from tests.conftest import InProcessInterpreter, ScriptedEngine, locomo_record
 
 MEMORIES = "[s1:2 · Ana · 2023-05-01] I live in Oslo"

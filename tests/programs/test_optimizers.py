@@ -10,6 +10,7 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.programs.compiled import load_program, save_program
 from memstrata.programs.metrics import as_score, qa_metric
 from memstrata.programs.qa import QA

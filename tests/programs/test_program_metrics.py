@@ -6,6 +6,7 @@ from datetime import datetime
 
 import dspy
 import pytest
+
 from memstrata.memory.chunking import Chunk
 from memstrata.memory.facts import ExtractedFact, Extraction
 from memstrata.memory.models import Turn

@@ -8,6 +8,7 @@ from datetime import datetime
 import dspy
 import pytest
 from dspy.utils import DummyLM
+
 from memstrata.programs import (
     ABSTAIN_ANSWER,
     QA,
@@ -17,7 +18,6 @@ from memstrata.programs import (
     Judge,
     ProgramParseError,
 )
-
 from tests.conftest import field
 
 MEMORIES = ("[D1:3 · Caroline · 8 May 2023] I moved from Sweden four years ago.\n"

@@ -8,6 +8,7 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.memory import Store
 from memstrata.memory.cognitive import CognitiveMemory
 from memstrata.programs.reasoning import (

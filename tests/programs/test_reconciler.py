@@ -12,6 +12,8 @@ from typing import Any
 
 import dspy
 import pytest
+
+from memstrata.cli import main
 from memstrata.memory import EntityItem, FactItem, Store
 from memstrata.memory.entities import DISTINCT_FROM, SAME_AS
 from memstrata.programs import ProgramParseError, setup_lm
@@ -19,8 +21,6 @@ from memstrata.programs.reconcile_policy import NAME, ReconcilePolicy
 from memstrata.programs.reconcile_run import reconcile_person
 from memstrata.programs.reconciler import Reconciler, ReconcilerSettings
 from memstrata.tools import ToolSession
-
-from memstrata.cli import main
 from tests.personal_data import RECORDS, load
 
 Reply = Callable[[str, str, dict[str, Any] | None], Any]

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from memstrata.memory import Hit, Retriever, Store, Turn
 from memstrata.programs.errors import ProgramParseError
 from memstrata.programs.rerank import RerankingRetriever, reorder
-
 from tests.conftest import field
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.programs.judge import Judge
 from memstrata.programs.judging import Verdict
 from memstrata.programs.rollouts import RolloutPolicy

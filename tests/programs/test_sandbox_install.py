@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from memstrata.programs import sandbox
 from memstrata.programs.sandbox import (
     SandboxError,

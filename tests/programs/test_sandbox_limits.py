@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from dspy.primitives.code_interpreter import CodeExecutionError
+
 from memstrata.programs import sandbox
 from memstrata.programs.sandbox import (
     DENIED,

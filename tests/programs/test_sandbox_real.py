@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.memory import Store
 from memstrata.programs import ExecutorSettings, run_executor
 from memstrata.programs.sandbox import sandbox_factory, sandbox_paths
 from memstrata.tools import ToolSession
-
 from tests.conftest import field, locomo_record
 
 pytestmark = pytest.mark.slow

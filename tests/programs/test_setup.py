@@ -7,6 +7,7 @@ from typing import Any
 import dspy
 import pytest
 from dspy.lm15 import Config, ContextLengthError, Message, Request
+
 from memstrata.programs import ModelSetupError, setup_lm
 from memstrata.programs.llama_engine import LlamaCppEngine, _response_format
 

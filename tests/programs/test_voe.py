@@ -6,10 +6,10 @@ import time
 from typing import Any
 
 import pytest
+
 from memstrata.memory import Store
 from memstrata.memory.voe_facts import VoEFacts
 from memstrata.programs.voe import VoELoop, check_message, run_turn
-
 from tests.conftest import field
 
 

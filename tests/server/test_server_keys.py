@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.memory.store.keys import KEY_PREFIX, key_id
 from memstrata.memory.store.opener import open_store
 

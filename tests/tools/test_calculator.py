@@ -8,6 +8,7 @@ import time
 from fractions import Fraction
 
 import pytest
+
 from memstrata.tools.calculator import CalculatorError, calculate, evaluate, format_value
 
 # --------------------------------------------------------------------------- exactness

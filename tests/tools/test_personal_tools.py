@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from memstrata.memory import FactItem, Store
 from memstrata.memory.person_patterns import observe
 from memstrata.memory.profile import same_value
 from memstrata.tools import ToolError, ToolSession
 from memstrata.tools.personal_tools import MAX_EVENTS, personal_tools
-
 from tests.personal_data import load
 
 Tools = dict[str, Callable[..., dict[str, Any]]]

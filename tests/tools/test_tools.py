@@ -8,9 +8,9 @@ from contextlib import redirect_stdout
 from typing import Any
 
 import pytest
+
 from memstrata.memory import FactItem, Store, StrategyItem
 from memstrata.tools import BlobRef, ToolCaps, ToolError, ToolSession
-
 from tests.conftest import locomo_record
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from memstrata.memory import Store, StrategyItem
 from memstrata.memory.bank import ConsolidationPolicy, active_strategies
 from memstrata.memory.bank_forget import ForgettingPolicy
 from memstrata.trajectories.loop import LoopUpdate, append, learn
-
 from tests.conftest import FakeEmbedder
 
 U = "u1"

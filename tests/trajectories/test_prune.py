@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from memstrata.memory import FactItem, Store
-from memstrata.memory.runs import RunRecord, StepRecord
 
 from memstrata.cli import main
+from memstrata.memory import FactItem, Store
+from memstrata.memory.runs import RunRecord, StepRecord
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

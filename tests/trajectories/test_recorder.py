@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from memstrata.memory import FactItem, Store
 from memstrata.trajectories import MASK, Recorder, export_jsonl, measure, redact
 

@@ -27,6 +27,7 @@ from ...locking import stored_value
 from ...models import Conversation, Session, Turn, utcnow, with_caption
 from ..rows import TURN_PREFIX, _dt, _new_id, _ts
 from ..shared import EmbeddingWrites
+from ..vectors import long_passages
 from .connection import PgConnection
 
 
@@ -296,14 +297,36 @@ class PgConversations(PgConnection, EmbeddingWrites):
                            " vector = excluded.vector, vec = excluded.vec",
                            [(i, model, u, vectors.shape[1], v.tobytes(), vector_text(v))
                             for u, i, v in rows if u == user])
+        else:
+            for user in dict.fromkeys(users):
+                self._many(user, "INSERT INTO embeddings (node_id, model, user_id, dim,"
+                           " vector) VALUES (%s,%s,%s,%s,%s) ON CONFLICT (node_id, model) DO"
+                           " UPDATE SET user_id = excluded.user_id, dim = excluded.dim,"
+                           " vector = excluded.vector",
+                           [(i, model, u, vectors.shape[1], v.tobytes())
+                            for u, i, v in rows if u == user])
+        self._put_passages(users, ids, model)
+
+    def _put_passages(self, users: Sequence[str], ids: Sequence[str], model: str) -> None:
+        """The long nodes' passage vectors, one row each under the passage model (no
+        ``vec``: they are ranked in NumPy), and none for the others (as on SQLite,
+        ``vectors.long_passages``)."""
+        found = long_passages(self, users, ids, model)
+        if found is None:
             return
+        name, vectors, tenant = found
         for user in dict.fromkeys(users):
-            self._many(user, "INSERT INTO embeddings (node_id, model, user_id, dim, vector)"
-                       " VALUES (%s,%s,%s,%s,%s) ON CONFLICT (node_id, model) DO UPDATE SET"
-                       " user_id = excluded.user_id, dim = excluded.dim,"
-                       " vector = excluded.vector",
-                       [(i, model, u, vectors.shape[1], v.tobytes())
-                        for u, i, v in rows if u == user])
+            short = [i for u, i in zip(users, ids, strict=True) if u == user and i not in vectors]
+            if short:
+                self._exec(user, "DELETE FROM embeddings WHERE user_id = %s AND model = %s AND"
+                           " node_id = ANY(%s)", (user, name, short))
+            mine = [(i, name, user, v.shape[1], v.tobytes()) for i, v in vectors.items()
+                    if tenant[i] == user]
+            if mine:
+                self._many(user, "INSERT INTO embeddings (node_id, model, user_id, dim, vector)"
+                           " VALUES (%s,%s,%s,%s,%s) ON CONFLICT (node_id, model) DO UPDATE SET"
+                           " user_id = excluded.user_id, dim = excluded.dim,"
+                           " vector = excluded.vector", mine)
 
     def _keep(self, user_id: str, node_id: str, node: dict[str, Any],
               recorded_at: str | None, now: str) -> None:

@@ -104,6 +104,14 @@ def _speakerless_turn_index(conn: psycopg.Connection[Any]) -> None:
     reindex_all_turns(conn)
 
 
+def _passage_vectors(conn: psycopg.Connection[Any]) -> None:
+    """The passage vectors of long turns and items embedded with the shipped model, as on
+    SQLite (``store.passage_vectors.backfill_passages``)."""
+    from ..passage_vectors import backfill_passages
+
+    backfill_passages(conn, postgres=True)
+
+
 MIGRATIONS: list[tuple[int, str, Any]] = [
     (
         1,
@@ -582,6 +590,7 @@ MIGRATIONS: list[tuple[int, str, Any]] = [
         CREATE INDEX api_keys_tenant ON api_keys (tenant)
         """,
     ),
+    (13, "passage vectors of long messages", _passage_vectors),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -388,9 +388,10 @@ class PgSearch(PgTenants, RefLookups):
         ``turns``) there, then by ``allowed`` here, the limit widened until ``k`` survive.
         pgvector sums in float32 as NumPy does, in another order: scores may differ from
         SQLite's in the last bits. Rows whose vector pgvector cannot hold (not finite) are
-        left out. Without the column, or for a tenant with at most
-        ``IN_PROCESS_VECTORS`` vectors of ``model``: NumPy over :meth:`vectors`, as on
-        SQLite.
+        left out; so are long nodes' passage vectors (``vectors.with_passages``: NumPy over
+        a matrix several times the tenant's, which the SQL ranking exists to avoid). Without
+        the column, or for a tenant with at most ``IN_PROCESS_VECTORS`` vectors of
+        ``model``: NumPy over :meth:`vectors`, as on SQLite, passages included.
         """
         stored = self._vector_rows(user_id, model)
         if not stored:
@@ -449,6 +450,11 @@ class PgSearch(PgTenants, RefLookups):
                           " user_id = %s AND model = %s", (user_id, model))
         if not rows:
             return [], np.zeros((0, 0), dtype=np.float32)
+        dim = rows[0][1]
         with stored_value("a stored vector"):  # a value cut short
+            if any(not r[2] or len(r[2]) % (4 * dim) for r in rows):
+                raise ValueError(f"a vector value is no whole number of {dim}-d vectors")
             matrix = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float32)
-            return [r[0] for r in rows], matrix.reshape(len(rows), rows[0][1])
+            # A passage row holds several vectors (vectors.py): its id once per vector.
+            ids = [r[0] for r in rows for _ in range(len(r[2]) // (4 * dim))]
+            return ids, matrix.reshape(-1, dim)

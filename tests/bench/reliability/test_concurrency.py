@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from memstrata.bench.reliability import concurrency as cc
-from memstrata.bench.reliability.common import Context, Scenario
 
 from memstrata import Memory
+from memstrata.bench.reliability import concurrency as cc
+from memstrata.bench.reliability.common import Context, Scenario
 
 
 @pytest.mark.parametrize("name", sorted(cc.SCENARIOS))

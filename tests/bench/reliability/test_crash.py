@@ -7,12 +7,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
+from memstrata import Memory
 from memstrata.bench.reliability import crash
 from memstrata.bench.reliability.common import Context, Scenario
 from memstrata.memory import FactItem, default_embedder
 from memstrata.memory.schema import LATEST_VERSION
-
-from memstrata import Memory
 
 
 @pytest.mark.parametrize("name", sorted(crash.SCENARIOS))

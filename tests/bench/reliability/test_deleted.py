@@ -8,11 +8,11 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
+
+from memstrata import Memory
 from memstrata.bench.reliability import deleted
 from memstrata.bench.reliability.common import Context, Scenario
 from memstrata.bench.reliability.pgserve import unavailable
-
-from memstrata import Memory
 
 
 def _sqlite(tmp_path: Path, kinds: tuple[str, ...] = deleted.KINDS) -> tuple[Scenario, dict]:

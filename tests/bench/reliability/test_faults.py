@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from memstrata.bench.reliability import faults
 from memstrata.bench.reliability.common import Context, Scenario
 from memstrata.bench.reliability.fuzz import Outcome

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from memstrata.bench.reliability import fuzz
 from memstrata.bench.reliability.common import Context
 from memstrata.bench.reliability.fuzz import Outcome, call_capped, judge_api, judge_cli, judge_tool

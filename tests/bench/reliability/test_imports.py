@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from memstrata.bench.reliability import imports, suite
-from memstrata.bench.reliability.common import Context
 
 from memstrata import Memory
+from memstrata.bench.reliability import imports, suite
+from memstrata.bench.reliability.common import Context
 
 
 def test_losses_spare_only_the_replaced() -> None:

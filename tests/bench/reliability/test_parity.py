@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from memstrata.bench.reliability import parity
 from memstrata.bench.reliability.common import Context
 from memstrata.bench.reliability.fuzz import Outcome

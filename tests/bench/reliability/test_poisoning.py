@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from memstrata.bench.reliability import poisoning as P
 from memstrata.bench.reliability.common import Context, Scenario
 from memstrata.tools import ToolCaps

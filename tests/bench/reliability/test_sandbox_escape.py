@@ -11,6 +11,7 @@ from typing import Any
 
 import dspy
 import pytest
+
 from memstrata.bench.reliability import sandbox_escape as se
 from memstrata.bench.reliability.common import Context
 from memstrata.bench.reliability.sandbox_escape import (

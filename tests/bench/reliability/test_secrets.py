@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from memstrata.bench.reliability import secrets as S
 from memstrata.bench.reliability.common import Context, Scenario
 

@@ -8,9 +8,9 @@ import types
 from pathlib import Path
 
 import pytest
+
 from memstrata.bench.reliability import suite
 from memstrata.bench.reliability.common import HEADLINE, Context, Scenario
-
 from memstrata.cli import main
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from memstrata import Memory
 from memstrata.bench.reliability import worker_kills
 from memstrata.bench.reliability.common import Context, Scenario
-
-from memstrata import Memory
 
 
 def test_a_small_run_loses_and_doubles_nothing(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from memstrata.memory import Store
 from memstrata.memory.cognitive.base import CognitiveSettings
 from memstrata.memory.cognitive.episodic import Episodic

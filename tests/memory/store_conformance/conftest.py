@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.memory import Store
 
 # The server and database fixtures (pg_server, pg_url, pg_db_url, ...) come from

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+
 from memstrata.memory import FactItem
 from memstrata.memory.runs import MASK, RunRecord, StepRecord
 
@@ -320,6 +321,7 @@ def test_forget_user_removes_blobs_runs_steps_and_events(backend: Any) -> None:
 @pytest.mark.postgres
 def test_rls_hides_blobs_and_run_records_without_the_tenant(pg_url: str) -> None:
     import psycopg
+
     from memstrata.memory.store.pg import PgStore
 
     with PgStore.open(pg_url, embedder=None) as backend:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from memstrata.memory import FactItem, SemanticItem
 
+from memstrata.memory import FactItem, SemanticItem
 from tests.conftest import FakeEmbedder
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memstrata.memory import FactItem
 from memstrata.memory.models import Conversation, Session, Turn
 
@@ -280,8 +281,9 @@ def test_pg_vectors_written_before_the_column_are_copied_into_it(
 @pytest.mark.postgres
 def test_pg_opens_where_the_role_may_not_create_pgvector(pg_admin: str) -> None:
     import psycopg
-    from memstrata.memory.store.pg import PgStore
     from psycopg.conninfo import make_conninfo
+
+    from memstrata.memory.store.pg import PgStore
 
     name = "memstrata_dense_noext"
     with psycopg.connect(pg_admin, autocommit=True) as conn:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.memory import FactItem, Store
 from memstrata.memory import text as textmod
 from memstrata.memory.models import Conversation, EpisodicItem, Session, Turn
@@ -264,6 +265,7 @@ def test_several_tenants_score_as_on_sqlite(pair: tuple[Any, Any]) -> None:
 def test_index_tables_are_tenant_tables(pg_url: str) -> None:
     """RLS on every index table, and forget_user leaves none of the tenant's rows."""
     import psycopg
+
     from memstrata.memory.store.pg import PgStore
     from memstrata.memory.store.pg.schema import TENANT_TABLES
 

@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from memstrata import Memory
+from memstrata.cli import main
 from memstrata.memory.store.opener import (
     describe,
     is_url,
@@ -15,9 +18,6 @@ from memstrata.memory.store.opener import (
     schema_versions,
     store_missing,
 )
-
-from memstrata import Memory
-from memstrata.cli import main
 from tests.bench.test_retrieval_bench import _conversation
 
 UNREACHABLE = "postgresql://me:s3cret@127.0.0.1:1/mem"  # nothing listens on port 1

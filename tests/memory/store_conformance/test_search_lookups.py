@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memstrata.memory import FactItem, Store
 from memstrata.memory.models import Conversation, EpisodicItem, Session, Turn
 from memstrata.memory.store import Filters

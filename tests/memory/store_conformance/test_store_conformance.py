@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from memstrata.memory import FactItem
 from memstrata.memory.models import (
     Conversation,

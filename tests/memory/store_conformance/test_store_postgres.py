@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+
 from memstrata.memory import FactItem, Store
 from memstrata.memory.schema import LATEST_VERSION as SQLITE_LATEST
 
@@ -34,6 +35,7 @@ def _tables(url: str) -> list[str]:
 
 def test_migrations_are_recorded_and_applied_once(pg_url: str, tmp_path: Any) -> None:
     import psycopg
+
     from memstrata.memory.store.pg import PgStore
     from memstrata.memory.store.pg.schema import LATEST_VERSION, MIGRATIONS
 
@@ -53,6 +55,7 @@ def test_migrations_are_recorded_and_applied_once(pg_url: str, tmp_path: Any) ->
 
 def test_a_newer_schema_is_refused(pg_url: str) -> None:
     import psycopg
+
     from memstrata.memory.store.pg import PgStore
 
     PgStore.open(pg_url, embedder=None).close()
@@ -112,8 +115,9 @@ def test_unreachable_server_is_a_clear_error(tmp_path: Any) -> None:
 def test_refused_login_is_a_clear_error_and_writes_nothing(pg_server: Any, pg_admin: str,
                                                            make_database: Any) -> None:
     import psycopg
-    from memstrata.memory.store.pg import PgStore, PgStoreError
     from psycopg.conninfo import make_conninfo
+
+    from memstrata.memory.store.pg import PgStore, PgStoreError
 
     url = make_database()
     # A role that must give its password (the server trusts every other local login).

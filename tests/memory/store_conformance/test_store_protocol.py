@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memstrata.memory import Store
 from memstrata.memory.extras import EXTRAS, PACKAGES
 from memstrata.memory.store.protocol import PARTS, MemoryStore, members
