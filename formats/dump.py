@@ -1,13 +1,28 @@
 """A tenant's memory as JSONL, and back: what ``Memory.export`` / ``Memory.import_`` do.
 
 One JSON object a line, each with a ``type``: ``conversation``, ``session``, ``turn``,
-``item``, ``edge``, ``blob`` and ``version`` (earlier versions of turns and items), in
-that order, each carrying its ids and both times (event and record). Importing writes
-the same rows with the same ids (the store re-indexes and re-embeds them as it writes),
-so the same queries find the same memories; it validates the whole file first and writes
-in one transaction, so a bad file changes nothing. Every read and write goes through store
-methods (``conversation_rows``, ``session_rows``, ``item_ids``, ``blobs.export``,
-``version_rows``, ``restore_versions`` and the ordinary API): no SQL here.
+``item``, ``edge``, ``blob``, ``version`` (earlier versions of turns and items), ``run``
+and ``step`` (recorded runs and their steps: LLM calls, tool calls, retrievals), ``event``
+(the event log: the strategy bank's decisions, what agents logged) and ``job`` (extraction
+jobs, with the fact events of the finished ones), in that order, each carrying its ids
+and its record times. That is everything the verbs write for a tenant: what ``add``
+stores and extracts, what ``read`` reads (episodes, semantic facts, procedures,
+intentions, sensory and working items), what ``learn`` distils (strategies) and
+``expect`` predicts (expectations, VoE facts), all of them items and edges.
+
+Importing writes the same rows with the same ids and times (``updated_at`` included); the
+store re-indexes and re-embeds them as it writes (strategies as the bank embeds them), so
+the same queries find the same memories. Not in the file, by design: what the store
+derives from the rows (full-text and tag indexes, vectors, cached values), the event
+log's row numbers (the importing store numbers events anew, in their order), the lease
+of a job that was running (it comes back ``pending``, its attempt not counted: the worker
+that held it is not the importing store's), and the API keys of ``memstrata serve``
+(credentials of a server, not memory). An import validates the whole file first and
+writes in one transaction, so a bad file changes nothing. Every read and write goes
+through store methods (``conversation_rows``, ``session_rows``, ``item_ids``,
+``blobs.export``, ``version_rows``, ``restore_versions``, ``runs``, ``jobs`` and the
+ordinary API): no SQL here. Files of version 1 (before runs, events and jobs were
+exported) import as they are.
 """
 
 from __future__ import annotations
@@ -20,13 +35,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from memstrata.memory import MemoryStore
-from memstrata.memory.models import ITEM_ADAPTER, Conversation, Edge, Session, Turn
+from memstrata.memory.bank import embed_strategies
+from memstrata.memory.models import ITEM_ADAPTER, Conversation, Edge, Session, Turn, as_utc
+from memstrata.memory.runs import RunRecord, StepRecord
+from memstrata.memory.store.jobs import Job
 
 from .records import ImportFormatError
 
 FORMAT = "memstrata-export"
-VERSION = 1
-_ORDER = ("conversation", "session", "turn", "item", "edge", "blob", "version")
+VERSION = 2
+READS = (1, 2)
+"""The format versions an import reads (1 held no runs, events or jobs)."""
+_ORDER = ("conversation", "session", "turn", "item", "edge", "blob", "version", "run", "step",
+          "event", "job")
+_ALL = 10**9  # "every row" to the store's list methods, which take a limit
 
 
 def export_tenant(store: MemoryStore, user_id: str, path: Path) -> int:
@@ -49,6 +71,15 @@ def export_tenant(store: MemoryStore, user_id: str, path: Path) -> int:
               for e in store.edges(user_id, limit=10**9)]
     lines += [{"type": "blob", **b} for b in store.blobs.export(user_id)]
     lines += [{"type": "version", **v} for v in store.version_rows(user_id)]
+    runs = list(reversed(store.runs.list(user_id, limit=-1)))  # oldest first
+    lines += [{"type": "run", **r.model_dump(mode="json", exclude={"user_id"})} for r in runs]
+    lines += [{"type": "step", **s.model_dump(mode="json")}
+              for r in runs for s in store.runs.steps(user_id, r.id)]
+    lines += [{"type": "event", **{k: e[k] for k in ("agent_id", "run_id", "payload",
+                                                     "recorded_at")}}
+              for e in reversed(store.runs.events(user_id, limit=-1))]
+    lines += [{"type": "job", **j.model_dump(mode="json", exclude={"user_id"})}
+              for j in store.jobs.list(user_id, limit=_ALL, oldest=True)]
     if path.is_dir():
         raise IsADirectoryError(f"cannot export to {path}: it is a folder (name a file)")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,9 +132,10 @@ def _read(path: Path) -> tuple[str, dict[str, list[tuple[int, dict[str, Any]]]]]
             raise ImportFormatError(str(path), f"line {n}", "text holds a NUL character")
         kind = row.get("type") if isinstance(row, dict) else None
         if kind == "header":
-            if row.get("format") != FORMAT or row.get("version") != VERSION:
+            if row.get("format") != FORMAT or row.get("version") not in READS:
                 raise ImportFormatError(str(path), f"line {n}",
-                                        f"not a {FORMAT} v{VERSION} file")
+                                        f"not a {FORMAT} file of version "
+                                        f"{' or '.join(map(str, READS))}")
             source = row.get("user_id")
         elif kind in groups:
             groups[kind].append((n, row))
@@ -158,11 +190,32 @@ def import_tenant(store: MemoryStore, path: Path, user_id: str | None = None) ->
     turns = build("turn", lambda r: Turn(user_id=user, **r))
     items = build("item", lambda r: ITEM_ADAPTER.validate_python({"user_id": user, **r}))
     edges = build("edge", lambda r: Edge(user_id=user, **r))
+    runs = build("run", lambda r: RunRecord(user_id=user, **r))
+    steps = build("step", lambda r: StepRecord(**r))
+    jobs = build("job", lambda r: Job(user_id=user, **r))
+    run_ids = {r.id for _, r in runs}
+    for n, step in steps:
+        if step.run_id not in run_ids:
+            raise ImportFormatError(where, f"line {n}", f"a step of run {step.run_id!r}, "
+                                    "which the file does not hold")
+    for n, e in groups["event"]:
+        if not ("payload" in e and isinstance(e.get("recorded_at"), str)
+                and all(isinstance(e.get(k), str | None) for k in ("agent_id", "run_id"))):
+            raise ImportFormatError(where, f"line {n}", "an event needs a payload and "
+                                    "recorded_at (and agent_id, run_id: text or null)")
+    blob_times: dict[int, datetime | None] = {}
     for n, blob in groups["blob"]:
         if not (isinstance(blob.get("key"), str) and isinstance(blob.get("text"), str)
-                and isinstance(blob.get("metadata") or {}, dict)):
+                and isinstance(blob.get("metadata") or {}, dict)
+                and isinstance(blob.get("recorded_at"), str | None)):
             raise ImportFormatError(where, f"line {n}", "a blob needs a string key and text "
-                                    "(and an object as metadata)")
+                                    "(and an object as metadata, a time as recorded_at)")
+        try:
+            blob_times[n] = as_utc(datetime.fromisoformat(blob["recorded_at"])
+                                   ) if blob.get("recorded_at") else None
+        except ValueError:
+            raise ImportFormatError(where, f"line {n}", "a blob's recorded_at is not an "
+                                    "ISO-8601 time") from None
     for n, v in groups["version"]:
         if not (isinstance(v.get("node_id"), str) and isinstance(v.get("version"), int)
                 and isinstance(v.get("event"), str) and "snapshot" in v
@@ -173,6 +226,14 @@ def import_tenant(store: MemoryStore, path: Path, user_id: str | None = None) ->
         if store.owner(node.id) is not None:
             raise ImportFormatError(where, f"line {n}", f"id {node.id!r} already exists in "
                                     "this store (forget it first, or import into a new file)")
+    for n, record in runs:
+        if store.runs.get(user, record.id) is not None:
+            raise ImportFormatError(where, f"line {n}", f"run {record.id!r} already exists "
+                                    "in this store (forget it first, or import into a new file)")
+    for n, job in jobs:
+        if store.jobs.owner(job.id) is not None:
+            raise ImportFormatError(where, f"line {n}", f"job {job.id!r} already exists "
+                                    "in this store (forget it first, or import into a new file)")
     with store.transaction():
         for _, conv in convs:
             store.add_conversation(conv)
@@ -185,10 +246,24 @@ def import_tenant(store: MemoryStore, path: Path, user_id: str | None = None) ->
         for start in range(0, len(ordered), 1000):
             store.add_turns(ordered[start:start + 1000])
         store.add_many(i for _, i in items)
+        strategies = [i.id for _, i in items if i.kind == "strategy" and i.id]
+        if strategies and store.embedder is not None:  # as the bank embeds them
+            embed_strategies(store, user, store.embedder, strategies)
         store.add_edges(e for _, e in edges)
-        for _, blob in groups["blob"]:
-            store.blobs.put(user, blob["key"], blob["text"], blob.get("metadata") or {})
+        for n, blob in groups["blob"]:
+            store.blobs.put(user, blob["key"], blob["text"], blob.get("metadata") or {},
+                            recorded_at=blob_times[n])
         store.restore_versions(user, (v for _, v in groups["version"]))
+        for _, record in runs:
+            store.runs.start(record)
+        by_run: dict[str, list[StepRecord]] = {}
+        for _, step in steps:
+            by_run.setdefault(step.run_id, []).append(step)
+        for run_id, its_steps in by_run.items():
+            store.runs.add_steps(run_id, its_steps)
+        store.runs.restore_events(user, [e for _, e in groups["event"]])
+        store.jobs.restore(user, [j for _, j in jobs])
     return {"conversations": len(convs), "sessions": len(sessions), "turns": len(turns),
             "items": len(items), "edges": len(edges), "blobs": len(groups["blob"]),
-            "versions": len(groups["version"])}
+            "versions": len(groups["version"]), "runs": len(runs), "steps": len(steps),
+            "events": len(groups["event"]), "jobs": len(jobs)}

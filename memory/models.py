@@ -67,6 +67,8 @@ class Conversation(_Model):
     title: str = ""
     speakers: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    recorded_at: UTCDateTime | None = None
+    """When its header was last written (None: the store stamps the time it writes it)."""
 
 
 class Session(_Model):
@@ -364,6 +366,8 @@ class Edge(_Model):
     relation: str
     weight: float = 1.0
     metadata: dict[str, Any] = Field(default_factory=dict)
+    recorded_at: UTCDateTime | None = None
+    """When it was first written (None: the store stamps the time it writes it)."""
 
 
 class Hit(_Model):

@@ -17,7 +17,8 @@ not the store's, and the class is kept beside them. Its queries, all over ``runs
 ``run_steps`` and ``events`` and all filtered by tenant: ``start`` (INSERT a run),
 ``finish`` and ``set_verdict`` (UPDATE a run), ``add_steps`` (INSERT steps), ``get``,
 ``list`` (newest first; every tenant when exporting a whole database), ``steps`` (JOIN
-runs for the tenant), ``log_event`` (INSERT, returning the new id), ``events`` and
+runs for the tenant), ``log_event`` (INSERT, returning the new id), ``restore_events``
+(INSERT of exported events), ``events`` and
 ``prune`` (one SELECT of the candidates with a step count and whether a current item
 cites the run, then DELETE of steps and runs). Forgetting a tenant (``store/forget.py``)
 deletes its runs and steps too.
@@ -315,6 +316,19 @@ class Runs(StoreTables):
                 user_id, "INSERT INTO events (user_id, agent_id, run_id, payload, recorded_at)"
                 " VALUES (?, ?, ?, ?, ?)",
                 (user_id, agent_id, run_id, self._json(redact(payload)), utcnow().isoformat()))
+
+    def restore_events(self, user_id: str, rows: Sequence[dict[str, Any]]) -> int:
+        """Write events back as an export holds them (``agent_id``, ``run_id``,
+        ``payload``, ``recorded_at``), oldest first, their record times kept; the store
+        numbers them anew. Returns how many."""
+        values = [(user_id, r.get("agent_id"), r.get("run_id"),
+                   self._json(redact(r["payload"])), r["recorded_at"]) for r in rows]
+        if values:
+            with self.store.transaction():
+                self._change_many(
+                    user_id, "INSERT INTO events (user_id, agent_id, run_id, payload,"
+                    " recorded_at) VALUES (?, ?, ?, ?, ?)", values)
+        return len(values)
 
     def events(self, user_id: str, limit: int = 100) -> builtins.list[dict[str, Any]]:
         """A tenant's newest events."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
@@ -127,6 +127,16 @@ class AsyncMemory:
     async def job(self, id: str, *, user_id: str | None = None) -> dict[str, Any] | None:
         """:meth:`Memory.job <memstrata.api.Memory.job>`."""
         return await _off_loop(functools.partial(self.memory.job, id, user_id=user_id))
+
+    async def prune_jobs(self, user_id: str | None = None, *,
+                         older_than_days: float | None = None,
+                         before: datetime | date | str | float | None = None,
+                         status: str | Sequence[str] = "done", dry_run: bool = False
+                         ) -> dict[str, int]:
+        """:meth:`Memory.prune_jobs <memstrata.api.Memory.prune_jobs>`."""
+        return await _off_loop(functools.partial(
+            self.memory.prune_jobs, user_id, older_than_days=older_than_days, before=before,
+            status=status, dry_run=dry_run))
 
     async def import_conversations(self, records: Iterable[ConversationRecord], *,
                                    user_id: str, agent_id: str | None = None,

@@ -395,7 +395,12 @@ class Memory:
         """One job as :meth:`jobs` gives it, plus ``events`` (its fact events, once
         done: as ``add`` returns them in ``"sync"`` mode), ``params`` (the turns it
         covers), ``max_attempts``, ``run_after`` and its lease; None when there is no
-        such job (of ``user_id``, when given: another tenant's reads as missing)."""
+        such job (of ``user_id``, when given: another tenant's reads as missing).
+
+        A ``done`` job is kept ``ExtractionSettings.keep_done_days`` (30 by default) after
+        it finished, then a worker prunes it (:meth:`prune_jobs`): this returns None for
+        it from then on. The facts it wrote stay, with their versions (:meth:`history`).
+        A ``failed`` job is kept until it is retried (:meth:`flush`) or pruned by name."""
         if not isinstance(id, str) or not id:
             raise ValueError("a job id is a non-empty string")
         _check_text("id", id, limit=1024)
@@ -407,6 +412,55 @@ class Memory:
                 return None
             found = self.store.jobs.get(owner, id)
             return None if found is None else job_dict(found, events=True)
+
+    def prune_jobs(self, user_id: str | None = None, *, older_than_days: float | None = None,
+                   before: datetime | date | str | float | None = None,
+                   status: str | Sequence[str] = "done", dry_run: bool = False
+                   ) -> dict[str, int]:
+        """Delete finished extraction jobs: of ``user_id`` (or of every tenant), of
+        ``status`` (``"done"``, ``"failed"`` or both), finished (last changed) more than
+        ``older_than_days`` days ago or before ``before`` (ISO text, Unix seconds, a date
+        or a datetime), or, with neither, every one of them. Returns the jobs deleted per
+        status (``dry_run``: that would be; nothing is deleted).
+
+        A job not finished (``pending``, ``running``) is never pruned. The facts a done
+        job wrote stay, with their versions; its record and its fact events go (:meth:`job`
+        returns None for it). Workers prune ``done`` jobs by themselves (see
+        ``ExtractionSettings.keep_done_days``).
+
+        Raises:
+            ValueError: a bad ``user_id``, a status other than ``done``/``failed``, both
+                rules or a negative ``older_than_days``.
+        """
+        from datetime import date as day
+
+        from memstrata.memory.store.jobs import prunable
+
+        if user_id is not None:
+            _check_id("user_id", user_id)
+        prunable(status)
+        if older_than_days is not None and before is not None:
+            raise ValueError("give older_than_days or before, not both")
+        if older_than_days is not None:
+            if (isinstance(older_than_days, bool) or not isinstance(older_than_days, int | float)
+                    or not 0 <= older_than_days < 1e6):
+                raise ValueError(f"older_than_days must be a number of days >= 0, not "
+                                 f"{older_than_days!r}")
+            cutoff = utcnow() - timedelta(days=float(older_than_days))
+        elif before is None:
+            cutoff = utcnow()
+        elif isinstance(before, datetime):
+            cutoff = before
+        elif isinstance(before, day):
+            cutoff = datetime(before.year, before.month, before.day, tzinfo=UTC)
+        else:
+            parsed = parse_time(before)
+            if parsed is None:
+                raise ValueError(f"before must be a time, not {before!r}")
+            cutoff = parsed
+        with self._lock:
+            return self.store.jobs.prune(user_id, before=cutoff, status=status,
+                                         dry_run=dry_run)
 
     def _write_turns(self, user_id: str, agent_id: str | None, conv: str,
                      session_id: str | None, msgs: list[Message], when: datetime | None,
@@ -1072,8 +1126,18 @@ class Memory:
     # -- moving a tenant -------------------------------------------------------------------
 
     def export(self, user_id: str, path: str | Path) -> int:
-        """Write the tenant's conversations (turns with their sessions and times) and items
-        as JSONL; returns the lines written. :meth:`import_` reads it back.
+        """Write everything the verbs wrote for the tenant as JSONL; returns the lines
+        written. :meth:`import_` reads it back, ids and record times kept.
+
+        The file holds the conversations (turns with their sessions and times), items of
+        every kind (facts, personas; what :meth:`read` wrote: episodes, semantic facts,
+        procedures, intentions; :meth:`learn`'s strategies; :meth:`expect`'s expectations
+        and VoE facts) with their edges and earlier versions, blobs, the recorded runs
+        with their steps (LLM calls included), the event log (the strategy bank's
+        decisions) and the extraction jobs (a done job's fact events included). Not in
+        it: what the store derives from those rows (search indexes, vectors: rebuilt on
+        import), the lease of a running job (it is imported ``pending``), and API keys
+        (a server's credentials). See :mod:`memstrata.formats.dump`.
 
         The file appears whole or not at all (written beside it, then renamed).
 
@@ -1089,7 +1153,8 @@ class Memory:
 
     def import_(self, path: str | Path, *, user_id: str | None = None) -> dict[str, int]:
         """Read a file written by :meth:`export` (into ``user_id``, or the tenant it was
-        exported from), all or nothing. Returns counts of what was written.
+        exported from), all or nothing, ids and record times (``updated_at`` too) as the
+        file holds them. Returns counts of what was written per line type.
 
         Raises:
             ImportFormatError: a line that is not valid (the file and line named).

@@ -51,7 +51,11 @@ from memstrata.programs.models import EMBEDDED
 from memstrata.server_commands import add_serve_bench_parser, add_server_parsers
 from memstrata.ui_commands import add_ui_parser
 from memstrata.verify_commands import add_verify_parser
-from memstrata.worker_commands import add_background_bench_parser, add_worker_parser
+from memstrata.worker_commands import (
+    add_background_bench_parser,
+    add_jobs_parser,
+    add_worker_parser,
+)
 
 DEFAULT_DB = "memstrata.db"
 EXIT_CODES = ("exit status: 0 done; 1 not found (no store at --db, no such memory or run) "
@@ -544,6 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_mcp_parser(sub, DEFAULT_DB)
     add_worker_parser(sub)
+    add_jobs_parser(sub, DEFAULT_DB)
     add_server_parsers(sub, DEFAULT_DB)
     add_ui_parser(sub)
     add_demo_parser(sub)

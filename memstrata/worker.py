@@ -24,7 +24,10 @@ leaves either nothing of the job or all of it; its lease then expires and anothe
 takes the job again. A failed attempt (the model's output unparseable, the model
 unreachable) is retried after a delay that doubles each time; after ``max_attempts`` the
 job is parked ``failed`` with its error, visible in ``Memory.jobs``, and retried only by
-``Memory.flush``.
+``Memory.flush``. Finished jobs do not pile up: a worker deletes the done jobs that
+finished more than ``keep_done_days`` ago (30 by default) when it starts and then once an
+hour (``prune_every_s``); the facts they wrote stay. Failed jobs stay until retried or
+pruned by hand (``Memory.prune_jobs``, ``memstrata jobs prune``).
 
 The model runs outside ``Memory``'s lock; the store does not: the worker reaches the
 store through :class:`LockedStore`, which takes the lock for each store call and for the
@@ -50,6 +53,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -109,6 +113,15 @@ class ExtractionSettings(BaseModel):
                       "the app's own threads (another tenant's search) win the CPU from "
                       "a running extraction. 0 keeps the process's priority. Linux only "
                       "(elsewhere a thread's priority is the process's)")
+
+    keep_done_days: float | None = Field(30.0, ge=0, description="how long a done job "
+                                         "(its record and fact events) is kept after it "
+                                         "finished before a worker prunes it; None keeps "
+                                         "every one. Failed jobs are never pruned by a "
+                                         "worker (Memory.prune_jobs does it by name)")
+    prune_every_s: float = Field(3600.0, gt=0, description="how often a worker prunes "
+                                 "done jobs older than keep_done_days (its first look "
+                                 "for a job prunes too)")
 
     @classmethod
     def of(cls, value: str | ExtractionSettings | None) -> ExtractionSettings:
@@ -199,6 +212,7 @@ class Worker:
         self._changed = threading.Condition()
         self.finished = 0
         """Jobs this worker ended (done, or failed and parked or put back)."""
+        self._pruned_at: float | None = None
 
     # -- one job ------------------------------------------------------------------------
 
@@ -209,8 +223,10 @@ class Worker:
 
         ``raise_errors``: a failed attempt raises :class:`~memstrata.programs.ingest.IngestError`
         (after it is recorded) instead of returning. ``due_only=False`` also takes a job
-        whose retry delay has not passed.
+        whose retry delay has not passed. Prunes old done jobs first when due
+        (:meth:`prune_due`).
         """
+        self.prune_due()
         job = self.store.jobs.claim(self.owner, lease_s=self.settings.lease_s,
                                     user_id=user_id, conversation_id=conversation_id,
                                     due_only=due_only)
@@ -224,6 +240,24 @@ class Worker:
             self.finished += 1
             with self._changed:
                 self._changed.notify_all()
+
+    def prune_due(self) -> dict[str, int] | None:
+        """Delete the done jobs (of every tenant) that finished more than
+        ``keep_done_days`` ago, when ``prune_every_s`` has passed since this worker last
+        did (or it never did); returns what it deleted, or None when it was not due (or
+        ``keep_done_days`` is None). Failed jobs stay. A store failing here is left to the
+        job calls that follow, which fail alike."""
+        days = self.settings.keep_done_days
+        now = time.monotonic()
+        if days is None or (self._pruned_at is not None
+                            and now - self._pruned_at < self.settings.prune_every_s):
+            return None
+        self._pruned_at = now
+        cutoff = datetime.now(UTC) - timedelta(days=days)
+        try:
+            return self.store.jobs.prune(None, before=cutoff, status="done")
+        except Exception:  # a closed or unreachable store: the claim after says so
+            return None
 
     def _run(self, job: Job, *, raise_errors: bool) -> Job | None:
         from memstrata.programs.ingest import IngestError

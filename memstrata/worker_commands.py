@@ -32,7 +32,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if store_missing(args.db):
         raise no_store(args.db)
     settings = ExtractionSettings(mode="queue", lease_s=args.lease, retry_s=args.retry,
-                                  poll_s=args.poll, nice=args.nice)
+                                  poll_s=args.poll, nice=args.nice,
+                                  keep_done_days=args.keep_done if args.keep_done else None)
     # Before the model loads: its compute threads inherit the priority.
     lower_thread_priority(settings.nice)
     handle = model_from_args(args)
@@ -84,7 +85,61 @@ def add_worker_parser(sub: Any) -> None:
     p.add_argument("--nice", type=int, default=0, choices=range(20), metavar="0-19",
                    help="run at this much lower OS priority, the model's threads included "
                    "(Linux; default 0: as started)")
+    p.add_argument("--keep-done", type=float, default=30.0, metavar="DAYS",
+                   help="prune done jobs (of every tenant) that finished more than DAYS days "
+                   "ago, at start and hourly; 0 keeps them all (default 30). Failed jobs "
+                   "are kept")
     p.set_defaults(func=cmd_worker)
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """Extraction jobs of a store: list them (newest first, one JSON line each), or prune
+    finished ones. prune deletes the done jobs (--status failed: the parked ones; all:
+    both) of --user, or of every tenant, that finished more than --older-than DAYS ago or
+    before --before, or every one with neither; pending and running jobs are never
+    pruned. The facts a job wrote stay. Workers prune done jobs by themselves after
+    --keep-done days (memstrata worker). Prints the jobs deleted per status."""
+    from memstrata import Memory
+    from memstrata.memory_commands import no_store
+
+    if store_missing(args.db):
+        raise no_store(args.db)
+    with Memory.open(args.db, extraction="queue") as memory:
+        if args.action == "prune":
+            status = ("done", "failed") if args.status == "all" else args.status or "done"
+            deleted = memory.prune_jobs(args.user, older_than_days=args.older_than,
+                                        before=args.before, status=status,
+                                        dry_run=args.dry_run)
+            print(json.dumps({"deleted": deleted, "dry_run": args.dry_run}))
+            return 0
+        only = None if args.status == "all" else args.status
+        for job in memory.jobs(args.user, status=only, limit=args.limit):
+            print(json.dumps(job, ensure_ascii=False))
+    return 0
+
+
+def add_jobs_parser(sub: Any, default_db: str) -> None:
+    """Register ``memstrata jobs``."""
+    p = sub.add_parser("jobs", help="extraction jobs of a store: list, prune finished ones",
+                       description=cmd_jobs.__doc__)
+    p.add_argument("action", choices=("list", "prune"))
+    p.add_argument("--db", default=default_db, metavar="FILE|URL",
+                   help=f"store file or postgresql:// URL (default {default_db})")
+    p.add_argument("--user", help="one tenant only (default: every tenant)")
+    p.add_argument("--status", choices=("pending", "running", "done", "failed", "all"),
+                   help="list: jobs of this status only (default all); prune: which "
+                   "finished jobs, done, failed or all of both (default done; failed ones "
+                   "are kept until retried or pruned by name)")
+    p.add_argument("-n", "--limit", type=int, default=100,
+                   help="list: newest N jobs (default 100)")
+    prune = p.add_argument_group("prune", "delete finished jobs (never pending or running)")
+    when = prune.add_mutually_exclusive_group()
+    when.add_argument("--older-than", type=float, metavar="DAYS",
+                      help="finished more than DAYS days ago")
+    when.add_argument("--before", metavar="DATE",
+                      help="finished before this ISO date or datetime (UTC if no zone)")
+    prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    p.set_defaults(func=cmd_jobs)
 
 
 def cmd_bench_background(args: argparse.Namespace) -> int:

@@ -104,11 +104,9 @@ def test_export_import_and_delete_all_cover_what_read_and_learn_wrote(tmp_path: 
     other = Memory.open(tmp_path / "b.db", embedder=None)
     counts = other.import_(tmp_path / "ana.jsonl")
     assert counts["items"] >= len(written) and counts["edges"] > 0
-    for node_id in written:  # (an import stamps its own updated_at)
+    for node_id in written:  # every field, the record times included
         mine, theirs = m.get(node_id, user_id=ANA), other.get(node_id, user_id=ANA)
-        assert theirs is not None and mine is not None
-        assert {k: v for k, v in theirs.items() if k != "updated_at"} == {
-            k: v for k, v in mine.items() if k != "updated_at"}
+        assert theirs is not None and theirs == mine
     assert other.context("tram ride cost", user_id=ANA).ids
     deleted = m.delete_all(ANA)
     assert deleted["items"] >= len(written) and deleted.get("runs", 0) >= 2

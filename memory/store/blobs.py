@@ -22,6 +22,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, Field
@@ -116,14 +117,15 @@ class Blobs(StoreTables):
               " metadata, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
     """Write one blob, replacing the tenant's blob under the same key."""
 
-    def put(self, user_id: str, key: str, text: str, metadata: dict[str, Any] | None = None
-            ) -> BlobInfo:
-        """Store (or replace) the text under ``key`` for ``user_id``; returns its header."""
+    def put(self, user_id: str, key: str, text: str, metadata: dict[str, Any] | None = None,
+            *, recorded_at: datetime | None = None) -> BlobInfo:
+        """Store (or replace) the text under ``key`` for ``user_id``; returns its header.
+        ``recorded_at``: the record time to keep (an import's); default now."""
         if not key or not key.strip():
             raise ValueError("a blob key must be a non-empty string")
         info = BlobInfo(user_id=user_id, key=key, chars=len(text), lines=_lines(text),
                         sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-                        metadata=metadata or {}, recorded_at=utcnow())
+                        metadata=metadata or {}, recorded_at=recorded_at or utcnow())
         with self.store.transaction():
             self._change(user_id, self.UPSERT,
                          (user_id, key, text, info.chars, info.lines, info.sha256,
@@ -155,10 +157,12 @@ class Blobs(StoreTables):
             user_id, "SELECT key FROM blobs WHERE user_id = ? ORDER BY key", (user_id,))]
 
     def export(self, user_id: str) -> list[dict[str, Any]]:
-        """Every blob of this tenant as ``{key, text, metadata}``, sorted by key."""
-        return [{"key": r["key"], "text": r["text"], "metadata": self._parsed(r["metadata"])}
-                for r in self._select(user_id, "SELECT key, text, metadata FROM blobs"
-                                      " WHERE user_id = ? ORDER BY key", (user_id,))]
+        """Every blob of this tenant as ``{key, text, metadata, recorded_at}``, sorted by
+        key."""
+        return [{"key": r["key"], "text": r["text"], "metadata": self._parsed(r["metadata"]),
+                 "recorded_at": r["recorded_at"]}
+                for r in self._select(user_id, "SELECT key, text, metadata, recorded_at FROM"
+                                      " blobs WHERE user_id = ? ORDER BY key", (user_id,))]
 
     def delete(self, user_id: str, key: str) -> bool:
         """Delete one blob; True if it existed."""

@@ -37,7 +37,8 @@ class ConversationStore(VectorStore):
                 {
                     "id": conv.id, "user_id": conv.user_id, "agent_id": conv.agent_id,
                     "title": conv.title, "speakers": json.dumps(conv.speakers),
-                    "metadata": json.dumps(conv.metadata), "recorded_at": _ts(utcnow()),
+                    "metadata": json.dumps(conv.metadata),
+                    "recorded_at": _ts(conv.recorded_at or utcnow()),
                 },
                 pk=("user_id", "id"),
             )

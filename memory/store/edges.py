@@ -27,7 +27,8 @@ class EdgeStore(StoreConnection):
         """Insert edges (an existing (src, dst, relation) keeps the higher weight)."""
         now = _ts(utcnow())
         rows = [
-            (e.user_id, e.src, e.dst, e.relation, e.weight, json.dumps(e.metadata), now)
+            (e.user_id, e.src, e.dst, e.relation, e.weight, json.dumps(e.metadata),
+             _ts(e.recorded_at) or now)
             for e in edges
         ]
         with self.transaction():
@@ -50,6 +51,7 @@ class EdgeStore(StoreConnection):
         rows = self._q(sql + " ORDER BY id LIMIT ?", [*args, int(limit)])
         with stored_value("an edge"):
             return [Edge(id=r["id"], user_id=r["user_id"], src=r["src"], dst=r["dst"],
+                         recorded_at=r["recorded_at"],
                          relation=r["relation"], weight=r["weight"],
                          metadata=json.loads(r["metadata"] or "{}")) for r in rows]
 

@@ -64,8 +64,8 @@ class ItemStore(VectorStore, ItemWrites):
                 item_id, item.user_id, item.agent_id, item.kind, item.text, item.title,
                 json.dumps(item.tags), item.confidence, item.source, item.speaker, item.about,
                 item.conversation_id, json.dumps(item.evidence), _ts(item.event_time),
-                _ts(item.valid_to), _ts(item.recorded_at or now), _ts(now), digest,
-                json.dumps(item.data()),
+                _ts(item.valid_to), _ts(item.recorded_at or now),
+                _ts(item.updated_at or now), digest, json.dumps(item.data()),
             ),
         )
         rowid = self.conn.execute("SELECT last_insert_rowid()").fetchone()[0]

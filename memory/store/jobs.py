@@ -26,6 +26,12 @@ The life of a job:
   rolls its writes back, so a job's work is committed once.
 - :meth:`Jobs.release` gives a running job back without counting the attempt (a worker
   stopping cleanly).
+- :meth:`Jobs.prune` deletes finished jobs last changed before a time: ``done`` ones (a
+  worker does it now and then, ``ExtractionSettings.keep_done_days``), or ``failed`` ones
+  when asked by name. A job not finished (``pending``, ``running``) is never pruned. The
+  facts a done job wrote stay (items, with their versions); its record and its fact
+  events go with it.
+- :meth:`Jobs.restore` writes jobs back as an export holds them (``Memory.import_``).
 
 SQLite: a claim runs in one ``BEGIN IMMEDIATE`` transaction (the store's
 ``transaction``), so two processes never take the same job. PostgreSQL
@@ -48,6 +54,7 @@ from pydantic import BaseModel, Field
 
 from memstrata.errors import MemstrataError
 
+from ..models import as_utc
 from .blobs import StoreTables
 
 JobStatus = Literal["pending", "running", "done", "failed"]
@@ -55,6 +62,9 @@ STATUSES: tuple[str, ...] = ("pending", "running", "done", "failed")
 """Every job status, in the order a job goes through them."""
 OPEN = ("pending", "running")
 """The statuses of a job not finished yet."""
+FINISHED = ("done", "failed")
+"""The statuses of a job that will not run again by itself (what :meth:`Jobs.prune` may
+delete)."""
 COLUMNS = ("id, user_id, conversation_id, kind, status, params, attempts, max_attempts,"
            " error, lease_owner, lease_until, run_after, result, facts, created_at, updated_at")
 NEVER = "9999-12-31T23:59:59.999999+00:00"
@@ -62,6 +72,19 @@ NEVER = "9999-12-31T23:59:59.999999+00:00"
 LEASE_EXPIRED = ("its worker stopped before finishing it (killed, or its lease expired) on "
                  "each of {attempts} attempts")
 """The error of a job parked because its lease expired with no attempt left."""
+
+
+def prunable(status: str | Sequence[str]) -> list[str]:
+    """The statuses :meth:`Jobs.prune` is asked for, checked: finished ones only.
+
+    Raises:
+        ValueError: a status other than ``done`` and ``failed``, or none.
+    """
+    statuses = [status] if isinstance(status, str) else list(status)
+    if not statuses or any(s not in FINISHED for s in statuses):
+        raise ValueError(f"only finished jobs are pruned: status in {FINISHED}, not "
+                         f"{status!r}")
+    return list(dict.fromkeys(statuses))
 
 
 class LeaseLost(MemstrataError, RuntimeError):
@@ -246,6 +269,57 @@ class Jobs(StoreTables):
                 user_id, "UPDATE jobs SET status = 'pending', attempts = 0, run_after = ?,"
                 f" updated_at = ? WHERE status = 'failed'{where}",
                 (stamp(after_s=hold_s), stamp(), *args))
+
+    def prune(self, user_id: str | None = None, *, before: datetime | str,
+              status: str | Sequence[str] = ("done",), dry_run: bool = False
+              ) -> dict[str, int]:
+        """Delete the finished jobs (of one tenant, or of all) of ``status`` (``done``,
+        ``failed`` or both) whose last change (``updated_at``: when they finished) is
+        before ``before``; returns how many per status (``dry_run``: would be, nothing
+        deleted). The facts a job wrote are items and stay; :meth:`get` of a pruned job
+        is None.
+
+        Raises:
+            ValueError: a status other than ``done`` and ``failed`` (a job not finished
+                is never pruned), or none.
+        """
+        statuses = prunable(status)
+        cutoff = before if isinstance(before, str) else stamp(as_utc(before))
+        where, args = self._scope(user_id, None)
+        rule = (f"j.status IN ({', '.join('?' * len(statuses))}) AND j.updated_at < ?"
+                f"{where}")
+        rule_args = [*statuses, cutoff, *args]
+        with self.store.transaction():
+            rows = self._select(user_id, "SELECT j.status, count(*) AS n FROM jobs j WHERE"
+                                f" {rule} GROUP BY j.status", rule_args)
+            found = {r["status"]: int(r["n"]) for r in rows}
+            if found and not dry_run:
+                self._change(user_id, f"DELETE FROM jobs WHERE id IN (SELECT j.id FROM jobs j"
+                             f" WHERE {rule})", rule_args)
+        return {s: found.get(s, 0) for s in statuses}
+
+    def restore(self, user_id: str, jobs: Sequence[Job]) -> int:
+        """Write jobs of ``user_id`` back as an export holds them, in the order given (a
+        conversation's jobs run in that order), ids, attempts, results and record times
+        kept. A job that was ``running`` comes back ``pending`` with no lease, its
+        attempt not counted (the worker that held it is not this store's). Returns how
+        many. Call it inside the transaction that writes their turns."""
+        rows = []
+        for job in jobs:
+            running = job.status == "running"
+            rows.append((
+                job.id, user_id, job.conversation_id, job.kind,
+                "pending" if running else job.status, self._json(job.params),
+                max(job.attempts - 1, 0) if running else job.attempts, job.max_attempts,
+                job.error, None if running else job.lease_owner,
+                None if running else job.lease_until, job.run_after,
+                None if job.result is None else self._json(job.result), job.facts,
+                job.created_at, job.updated_at))
+        if rows:
+            with self.store.transaction():
+                self._change_many(user_id, f"INSERT INTO jobs ({COLUMNS}) VALUES"
+                                  f" ({', '.join('?' * 16)})", rows)
+        return len(rows)
 
     # -- reading --------------------------------------------------------------------------
 

@@ -25,13 +25,15 @@ class TenantRows(StoreConnection):
 
     def conversation_rows(self, user_id: str) -> list[dict[str, Any]]:
         """The tenant's conversations (``id``, ``agent_id``, ``title``, ``speakers``,
-        ``metadata``), in the order they were first written."""
+        ``metadata``, ``recorded_at``), in the order they were first written."""
         return [{"id": cid, "agent_id": agent, "title": title,
                  "speakers": stored_json(speakers, f"conversation {cid}", list),
-                 "metadata": stored_json(meta, f"conversation {cid}", dict)}
-                for cid, agent, title, speakers, meta in
-                self.conn.execute("SELECT id, agent_id, title, speakers, metadata FROM"
-                                  " conversations WHERE user_id = ? ORDER BY rowid", (user_id,))]
+                 "metadata": stored_json(meta, f"conversation {cid}", dict),
+                 "recorded_at": recorded}
+                for cid, agent, title, speakers, meta, recorded in
+                self.conn.execute("SELECT id, agent_id, title, speakers, metadata, recorded_at"
+                                  " FROM conversations WHERE user_id = ? ORDER BY rowid",
+                                  (user_id,))]
 
     def session_rows(self, user_id: str) -> list[dict[str, Any]]:
         """The tenant's sessions (``id``, ``conversation_id``, ``index``, ``started_at`` as

@@ -107,10 +107,21 @@ def rows(store: Store, user_id: str) -> list[dict[str, Any]]:
 
 def restore(store: Store, user_id: str, versions: Iterable[Mapping[str, Any]]) -> int:
     """Write kept versions back as :func:`rows` returns them (an import); returns how
-    many. Call inside the import's transaction."""
+    many. Call inside the import's transaction, after the turns. A turn's last edit time
+    (``updated_at``, the current version's record time) is its newest kept version's
+    ``valid_to``: set from it on the turns that have none yet."""
     batch = [(user_id, v["node_id"], v["version"], v["event"], json.dumps(v["snapshot"]),
               v["recorded_at"], v["valid_to"]) for v in versions]
     store.conn.executemany(
         "INSERT INTO versions (user_id, node_id, version, event, snapshot, recorded_at,"
         " valid_to) VALUES (?,?,?,?,?,?,?)", batch)
+    store.conn.execute(TURN_EDITED, (user_id, user_id))
     return len(batch)
+
+
+TURN_EDITED = (
+    "UPDATE turns SET updated_at = (SELECT v.valid_to FROM versions v WHERE v.user_id ="
+    " turns.user_id AND v.node_id = turns.id ORDER BY v.version DESC LIMIT 1)"
+    " WHERE user_id = ? AND updated_at IS NULL AND id IN (SELECT node_id FROM versions"
+    " WHERE user_id = ?)")
+"""Restore the turns' ``updated_at`` from their kept versions (``?``: the tenant, twice)."""

@@ -90,14 +90,16 @@ def test_field_names_and_comparisons_are_checked(store: Store) -> None:
 
 
 def test_tenant_rows_and_restored_versions(store: Store) -> None:
-    store.add_conversation(Conversation(id="c2", user_id="u1", speakers=["Ana"]))
+    store.add_conversation(Conversation(id="c2", user_id="u1", speakers=["Ana"],
+                                        recorded_at="2024-03-01T10:00:00Z"))  # kept
     store.add_conversation(Conversation(id="c1", user_id="u1", title="t"))
     store.add_conversation(Conversation(id="c9", user_id="u2"))
     store.add_session(Session(id="s2", user_id="u1", conversation_id="c1", index=2))
     store.add_session(Session(id="s1", user_id="u1", conversation_id="c1", index=1))
     assert [c["id"] for c in store.conversation_rows("u1")] == ["c2", "c1"]
     assert store.conversation_rows("u1")[0] == {"id": "c2", "agent_id": None, "title": "",
-                                                "speakers": ["Ana"], "metadata": {}}
+                                                "speakers": ["Ana"], "metadata": {},
+                                                "recorded_at": "2024-03-01T10:00:00+00:00"}
     assert [(s["id"], s["index"]) for s in store.session_rows("u1")] == [("s1", 1), ("s2", 2)]
     a, b = _episode(store, "u1", 2), _episode(store, "u1", 1)
     assert store.item_ids("u1") == [a, b]
@@ -110,5 +112,6 @@ def test_tenant_rows_and_restored_versions(store: Store) -> None:
     assert other.version_rows("u3") == kept and other.version_rows("u1") == []
     store.blobs.put("u1", "k2", "two")
     store.blobs.put("u1", "k1", "one", {"m": 1})
-    assert store.blobs.export("u1") == [{"key": "k1", "text": "one", "metadata": {"m": 1}},
-                                        {"key": "k2", "text": "two", "metadata": {}}]
+    assert [{k: b[k] for k in ("key", "text", "metadata")} for b in store.blobs.export("u1")
+            ] == [{"key": "k1", "text": "one", "metadata": {"m": 1}},
+                  {"key": "k2", "text": "two", "metadata": {}}]

@@ -52,7 +52,7 @@ class PgConversations(PgConnection, EmbeddingWrites):
             " speakers = excluded.speakers, metadata = excluded.metadata,"
             " recorded_at = excluded.recorded_at",
             (conv.id, conv.user_id, conv.agent_id, conv.title, Jsonb(conv.speakers),
-             Jsonb(conv.metadata), _ts(utcnow())))
+             Jsonb(conv.metadata), _ts(conv.recorded_at or utcnow())))
 
     def conversation(self, user_id: str, conversation_id: str) -> Conversation | None:
         """A conversation's header row, or None."""

@@ -32,7 +32,7 @@ class PgEdges(PgConnection):
                            " ON CONFLICT (user_id, src, dst, relation)"
                            " DO UPDATE SET weight = GREATEST(edges.weight, excluded.weight)",
                            [(e.user_id, e.src, e.dst, e.relation, e.weight, Jsonb(e.metadata),
-                             now) for e in edges if e.user_id == user])
+                             _ts(e.recorded_at) or now) for e in edges if e.user_id == user])
         return len(edges)
 
     def edges(self, user_id: str, *, src: str | None = None, dst: str | None = None,
@@ -45,6 +45,7 @@ class PgEdges(PgConnection):
                 args.append(value)
         rows = self._q(user_id, query + " ORDER BY id LIMIT %s", [*args, int(limit)])
         return [Edge(id=r["id"], user_id=r["user_id"], src=r["src"], dst=r["dst"],
+                     recorded_at=r["recorded_at"],
                      relation=r["relation"], weight=r["weight"],
                      metadata=r["metadata"] or {}) for r in rows]
 

@@ -183,7 +183,8 @@ class PgItems(PgConversations, ItemWrites):
             columns = list(zip(*[
                 (n, i.agent_id, i.kind, i.text, i.title, json.dumps(i.tags), i.confidence,
                  i.source, i.speaker, i.about, i.conversation_id, json.dumps(i.evidence),
-                 _ts(i.event_time), _ts(i.valid_to), _ts(i.recorded_at or now), _ts(now), d,
+                 _ts(i.event_time), _ts(i.valid_to), _ts(i.recorded_at or now),
+                 _ts(i.updated_at or now), d,
                  json.dumps(i.data())) for i, n, d in mine], strict=True))
             rows = self._rows(
                 user,
@@ -227,8 +228,8 @@ class PgItems(PgConversations, ItemWrites):
             (item_id, item.user_id, item.agent_id, item.kind, item.text, item.title,
              Jsonb(item.tags), item.confidence, item.source, item.speaker, item.about,
              item.conversation_id, Jsonb(item.evidence), _ts(item.event_time),
-             _ts(item.valid_to), _ts(item.recorded_at or now), _ts(now), digest,
-             Jsonb(item.data())))
+             _ts(item.valid_to), _ts(item.recorded_at or now), _ts(item.updated_at or now),
+             digest, Jsonb(item.data())))
         self._index_item(item_id, item)
         return item_id, True
 

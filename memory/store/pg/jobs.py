@@ -12,14 +12,16 @@ differs is what spans tenants, which row-level security hides from the store's r
   read as that tenant.
 - ``owner``, ``counts()`` and ``list()`` of every tenant go through
   ``memstrata_job_owner``, ``memstrata_job_counts`` and ``memstrata_job_tenants`` (ids,
-  counts and tenants only); ``list()`` then reads each tenant's jobs as that tenant.
+  counts and tenants only); ``list()`` then reads each tenant's jobs as that tenant, and
+  ``prune()`` of every tenant prunes each tenant's as that tenant.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
-from ..jobs import LEASE_EXPIRED, NEVER, STATUSES, Job, Jobs, stamp
+from ..jobs import LEASE_EXPIRED, NEVER, STATUSES, Job, Jobs, prunable, stamp
 from .tables import _PgTables
 
 
@@ -67,3 +69,20 @@ class PgJobs(_PgTables, Jobs):
                                      limit=limit, oldest=oldest)
         jobs.sort(key=lambda j: (j.created_at, j.id), reverse=not oldest)
         return jobs[:max(0, int(limit))]
+
+    def prune(self, user_id: str | None = None, *, before: datetime | str,
+              status: str | Sequence[str] = ("done",), dry_run: bool = False
+              ) -> dict[str, int]:
+        """As ``Jobs.prune``; of every tenant, one tenant at a time (each in its own
+        transaction, so row-level security sees its rows)."""
+        if user_id is not None:
+            return super().prune(user_id, before=before, status=status, dry_run=dry_run)
+        with self.store._tx():
+            tenants = [r[0] for r in self.store._rows(
+                None, "SELECT * FROM memstrata_job_tenants()")]
+        total = dict.fromkeys(prunable(status), 0)
+        for tenant in tenants:
+            for name, n in super().prune(tenant, before=before, status=status,
+                                         dry_run=dry_run).items():
+                total[name] += n
+        return total

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from .. import versions as versionsmod
 from ..nodes import _DISTINCT as SQLITE_DISTINCT
 from ..rows import node_type
 from ..versions import Version, _version
@@ -51,9 +52,9 @@ class PgTenants(PgConnection):
 
     def conversation_rows(self, user_id: str) -> list[dict[str, Any]]:
         """The tenant's conversations (``id``, ``agent_id``, ``title``, ``speakers``,
-        ``metadata``), in the order they were first written."""
-        return self._q(user_id, "SELECT id, agent_id, title, speakers, metadata FROM"
-                       " conversations WHERE user_id = %s ORDER BY rowid", (user_id,))
+        ``metadata``, ``recorded_at``), in the order they were first written."""
+        return self._q(user_id, "SELECT id, agent_id, title, speakers, metadata, recorded_at"
+                       " FROM conversations WHERE user_id = %s ORDER BY rowid", (user_id,))
 
     def session_rows(self, user_id: str) -> list[dict[str, Any]]:
         """The tenant's sessions (``id``, ``conversation_id``, ``index``, ``started_at`` as
@@ -83,6 +84,9 @@ class PgTenants(PgConnection):
             self._lock_tenant(user_id)
             self._many(user_id, "INSERT INTO versions (user_id, node_id, version, event,"
                        " snapshot, recorded_at, valid_to) VALUES (%s,%s,%s,%s,%s,%s,%s)", batch)
+            # As SQLite's: a turn's last edit time is its newest kept version's valid_to.
+            self._exec(user_id, versionsmod.TURN_EDITED.replace("?", "%s"),
+                       (user_id, user_id))
         return len(batch)
 
     def history(self, user_id: str, node_id: str) -> list[Version]:

@@ -31,11 +31,13 @@ def test_blob_put_info_text_keys_export_delete(backend: Any) -> None:
     assert got is not None and got.model_dump() == info.model_dump()
     assert got.metadata == {"kind": "conversation", "turns": 5}
     assert backend.blobs.text("u1", "doc") == text
-    backend.blobs.put("u1", "a-first", "one\n")
+    kept = datetime(2024, 3, 1, 10, tzinfo=UTC)  # an import's record time is kept
+    backend.blobs.put("u1", "a-first", "one\n", recorded_at=kept)
     assert backend.blobs.keys("u1") == ["a-first", "doc"]
     assert backend.blobs.export("u1") == [
-        {"key": "a-first", "text": "one\n", "metadata": {}},
-        {"key": "doc", "text": text, "metadata": {"kind": "conversation", "turns": 5}}]
+        {"key": "a-first", "text": "one\n", "metadata": {}, "recorded_at": kept.isoformat()},
+        {"key": "doc", "text": text, "metadata": {"kind": "conversation", "turns": 5},
+         "recorded_at": info.recorded_at.isoformat()}]
     assert backend.blobs.delete("u1", "doc") is True
     assert backend.blobs.delete("u1", "doc") is False
     assert backend.blobs.info("u1", "doc") is None and backend.blobs.text("u1", "doc") is None
@@ -51,7 +53,8 @@ def test_blob_put_replaces_the_key_keeping_one_blob(backend: Any) -> None:
     assert backend.blobs.text("u1", "k") == "new\ntext\n"
     assert backend.blobs.info("u1", "k").metadata == {"v": 2}  # type: ignore[union-attr]
     backend.blobs.put("u1", "k", "new\ntext\n")  # same text again: still one blob
-    assert backend.blobs.export("u1") == [{"key": "k", "text": "new\ntext\n", "metadata": {}}]
+    assert [{k: b[k] for k in ("key", "text", "metadata")} for b in backend.blobs.export("u1")
+            ] == [{"key": "k", "text": "new\ntext\n", "metadata": {}}]
 
 
 @pytest.mark.parametrize("key", ["", "   ", "\n"])
