@@ -47,7 +47,7 @@ from .blobs import Blobs
 from .jobs import Jobs
 from .kept_vectors import KeptVectors
 from .keys import Keys
-from .postings import INDEXES, Postings, RowLengths, Scored
+from .postings import INDEXES, Postings, RowLengths
 from .rows import Facets, Ref
 from .shared import MISS, DenseMemo, EmbedderSetting, VersionedCache
 
@@ -152,7 +152,6 @@ class StoreConnection(EmbedderSetting):
         self._kept_rows: tuple[tuple[int, int], dict[tuple[str, Ref], tuple[str, Facets]]] = (
             (-1, -1), {})
         self._cache = VersionedCache(self.CACHE_ENTRIES, self.CACHE_BYTES)
-        self._rare_memo: tuple[tuple[Any, ...], Scored] | None = None
         # Row lengths for bm25 from the posting lists (postings.py); ``_touched`` holds the
         # rowids this connection re-wrote or deleted since the last sync.
         self._lengths = {"turn": RowLengths("turns_fts", 3, "turns"),

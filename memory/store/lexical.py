@@ -1,8 +1,8 @@
 """Lexical search: bm25 over the full-text index of turns or items, and the tag channel.
 
-Holds ``LexicalSearch``: ``lexical``/``lexical_refs`` (bm25 top k with common-term splitting
-and re-runs with feedback terms), ``match_cost``, ``index_rows``, ``texts_since`` (the text
-written after given rowids) and ``tag_vocabulary``/``tagged``.
+Holds ``LexicalSearch``: ``lexical``/``lexical_refs`` (bm25 top k with common-term
+splitting), ``term_docs``, ``texts_since`` (the text written after given rowids) and
+``tag_vocabulary``/``tagged``.
 
 SQLite-specific, nearly all of it: the tenant token prefixed to every indexed term;
 document counts read from the ``*_vocab`` fts5vocab tables (``_term_docs``); the
@@ -30,7 +30,6 @@ from .postings import (
     INDEXES,
     RowLengths,
     Scored,
-    averages,
     bm25_scores,
     read_postings,
     with_terms,
@@ -62,7 +61,6 @@ class LexicalSearch(NodeLookups):
         common_share: float = 0.0,
         common_min_docs: int = 0,
         common_budget: int = 0,
-        also: Sequence[str] = (),
         idf_shift: float = 0.0,
     ) -> list[tuple[Ref, float]]:
         """bm25 top-k over turns or items as ``[(ref, score)]`` with higher = better, ties
@@ -84,9 +82,6 @@ class LexicalSearch(NodeLookups):
         20,000 rows kept the search's top-10 overlap with full scoring at 0.98 (as skipping
         terms above 10% did) at 0.45x its CPU time p95.
 
-        ``also`` terms count as common whatever their frequency: a re-run of the same
-        query with them (pseudo-relevance feedback on a big index) then reuses the first
-        run's rare-term scores and only adds to the rows holding a query term.
         ``filters``: only rows passing them are returned (the scores are the tenant's,
         filtered or not).
         """
@@ -107,20 +102,10 @@ class LexicalSearch(NodeLookups):
                                                       common_min_docs, user_id, stats.rows,
                                                       common_budget)
         query_tokens = textmod.match_tokens(query_tokens)
-        common += [t for t in textmod.match_tokens(also)
-                   if t not in query_tokens and t not in common]
         if not query_tokens:
             return []
-        # One slot: the rare-term scores of the last query, for a re-run with ``also``.
-        key = (user_id, tuple(query_tokens), node, context_weight, idf_shift,
-               self.data_version())
-        if not fresh and self._rare_memo is not None and self._rare_memo[0] == key:
-            scored: Scored | None = self._rare_memo[1]
-        else:
-            scored = bm25_scores(lengths, stats, self._lists(user_id, node, query_tokens,
-                                                             context_weight, fresh))
-            if scored is not None and not fresh:
-                self._rare_memo = (key, scored)
+        scored = bm25_scores(lengths, stats, self._lists(user_id, node, query_tokens,
+                                                         context_weight, fresh))
         if scored is None:
             return []
         if common:
@@ -131,26 +116,6 @@ class LexicalSearch(NodeLookups):
         if filters is not None and filters.active():
             return self._passing(user_id, node, scored, k, filters)
         return [((node, r), v) for r, v in scored.top(k)]
-
-    def match_cost(self, user_id: str, query_tokens: list[str], *, node: str,
-                   common_share: float = 0.0, common_min_docs: int = 0,
-                   common_budget: int = 0) -> int:
-        """Rows ``lexical`` would score for these tokens (an upper bound: the sum of their
-        document counts, after the same common-term skipping)."""
-        if common_share > 0:
-            rows = self._lengths_of(user_id, node, bool(self._depth)).tenant(user_id)[0]
-            query_tokens = self._split_common(query_tokens, node, common_share,
-                                              common_min_docs, user_id, rows, common_budget)[0]
-        return sum(self._term_docs(query_tokens, node, user_id).values())
-
-    def index_rows(self, node: str) -> int:
-        """Rows in the full-text index of turns or items, all tenants (cached)."""
-        fts = INDEXES[node].fts
-        if self._depth:  # FTS5 writes its averages record at commit: count rows instead
-            return int(self.conn.execute(f"SELECT count(*) FROM {fts}").fetchone()[0])
-        # The averages record's row count: one read, where count(*) walks the whole index
-        # (~50 ms at 100k rows, paid by the first search after every write).
-        return self._cached(("fts_rows", node), lambda: averages(self.conn, fts)[0])
 
     def texts_since(self, user_id: str, turn_rowid: int = 0, item_rowid: int = 0, *,
                     limit: int | None = None) -> tuple[list[str], int, int]:

@@ -213,14 +213,8 @@ class SearchStore(Protocol):
     def lexical_refs(self, user_id: str, query_tokens: list[str], *, node: str, k: int,
                      filters: Filters | None = None, context_weight: float = 0.0,
                      common_share: float = 0.0, common_min_docs: int = 0,
-                     common_budget: int = 0, also: Sequence[str] = (),
-                     idf_shift: float = 0.0) -> list[tuple[Ref, float]]: ...
-
-    def match_cost(self, user_id: str, query_tokens: list[str], *, node: str,
-                   common_share: float = 0.0, common_min_docs: int = 0,
-                   common_budget: int = 0) -> int: ...
-
-    def index_rows(self, node: str) -> int: ...
+                     common_budget: int = 0, idf_shift: float = 0.0
+                     ) -> list[tuple[Ref, float]]: ...
 
     def term_docs(self, user_id: str, tokens: Sequence[str]) -> dict[str, int]: ...
 

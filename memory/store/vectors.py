@@ -10,7 +10,8 @@ A long node (text over ``passages.PASSAGE_CHARS``) also has its passages' vector
 (``passages.split_passages``), all in one row of the model :func:`passage_model` names
 (``<model>#passages``; the blob holds them one after another): a long answer's vector is
 an average over topics that no question asks all at once, so the dense channel scores a
-long node by its whole vector raised toward its best passage (:func:`with_passages`).
+long node by its whole vector raised toward its best passage (:func:`with_passages`; for
+the long nodes among the nearest by their whole vectors, ``PASSAGE_NODES``).
 They are written with the node's vector (``_put_passages``, the encoder being the
 store's embedder when its name is the model's) and deleted with it (deletes go by node
 id); ``passage_vectors.backfill_passages`` gives an older store's long nodes theirs.
@@ -22,11 +23,13 @@ column, ranked in the database, where the server has the extension)."""
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ..blas import one_blas_thread
 from .kept_vectors import KEPT_TENANTS, KeptVectors
 from .nodes import NodeLookups
 from .passage_vectors import (
@@ -39,6 +42,10 @@ from .passage_vectors import (
 )
 from .rows import Ref
 from .shared import DenseMemo, EmbeddingWrites
+
+PASSAGE_NODES = 2_000
+"""Nodes nearest by their own vectors whose passages a dense search scores (see
+:func:`with_passages`)."""
 
 
 def long_passages(store: Any, users: Sequence[str], ids: Sequence[str], model: str
@@ -199,39 +206,147 @@ def with_passages(store: Any, user_id: str, model: str, query_vec: np.ndarray, k
                   ranked: list[tuple[Ref, float]], *, allowed: set[Ref] | None,
                   nodes: Sequence[str], speaker: str | None) -> list[tuple[Ref, float]]:
     """``ranked`` (the ``k`` best nodes by their own vectors) merged with the ``k`` best
-    by their best passage (NumPy over the tenant's passage matrix), best first.
+    by their best passage, best first.
+
+    Passages are scored for the long nodes among the :data:`PASSAGE_NODES` (at least
+    ``k``) nodes nearest by their own vectors that pass the filters: all of a tenant's
+    long nodes until it has more nodes than that. Why: the passage matrix is several times
+    the tenant's (about seven passages a long answer), and one pass over all of it was
+    the largest cost of a search over a big tenant of long messages, while a node far
+    down the ranking by its whole vector rarely reaches the top ``k`` through one passage.
+    The cost: such a node is not raised at all, however well one passage matches.
 
     A long node found by a passage scores its whole vector's cosine ``w`` raised toward
     its best passage's ``p``: ``w + PASSAGE_SHARE * (p - w)`` where ``p > w``. (Taking
     ``p`` alone favours long nodes: the best of many passages beats a short turn by
     chance more often than not.)
     """
-    memo = getattr(store, "_passage_memo", None)
-    if memo is None:
-        memo = store._passage_memo = DenseMemo()
-    extra = _matrix_refs(store, memo, user_id, passage_model(model), query_vec, k, allowed,
-                         nodes, speaker)
-    if not extra:
+    name = passage_model(model)
+    pids, passages = store.vectors(user_id, name)
+    if not len(passages):
         return ranked
-    _, matrix = store.vectors(user_id, model)
+    ids, matrix = store.vectors(user_id, model)
+    if not len(matrix):
+        return ranked
     whole = store._dense_memo.cosines(matrix, query_vec)
-    rows = _rows_of(store, user_id, model)
+    refs = store.vector_refs(user_id, model)
+    eligible: np.ndarray | None = None
+    if speaker is not None:
+        nodes = tuple(n for n in nodes if n == "turn")  # items have no speaker
+        eligible = store._dense_memo.speaker_rows(store.vector_speakers(user_id, model),
+                                                  speaker)
+    # The nearest nodes by their own vectors that pass the filters (``nodes`` is checked
+    # on the few found below, ``allowed`` here, where it can leave most rows out).
+    want = max(PASSAGE_NODES, k)
+    sims = whole if eligible is None else whole[eligible]
+    if allowed is not None:
+        near = np.asarray(top_rows(refs, sims, want, allowed, nodes, eligible), np.int64)
+    else:
+        near = (np.argpartition(-sims, want - 1)[:want] if len(sims) > want
+                else np.arange(len(sims)))
+        if eligible is not None:
+            near = eligible[near]
+    index = PassageIndex.of(store, (user_id, model), ids, pids)
+    near = np.sort(near)  # passages copied out in the matrix's order: fewer pages touched
+    counts = index.count[near]
+    near, counts = near[counts > 0], counts[counts > 0]
+    if not len(near):
+        return ranked
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rows = np.repeat(index.start[near] - offsets, counts) + np.arange(int(counts.sum()))
+    if 2 * len(rows) >= len(passages):
+        # Most passages are wanted (a small tenant: all of them): one pass, kept for the
+        # next channel of this query, beats copying them out.
+        memo = getattr(store, "_passage_memo", None)
+        if memo is None:
+            memo = store._passage_memo = DenseMemo()
+        found = memo.cosines(passages, query_vec)[rows]
+    else:
+        with one_blas_thread():
+            found = passages[rows] @ query_vec
+    # Each node's best passage (a NaN one, from a vector's bytes altered on disk, left out).
+    best_passage = np.fmax.reduceat(found, offsets)
+    best_of = dict(zip(near.tolist(), best_passage.tolist(), strict=True))
     best = dict(ranked)
-    for ref, sim in extra:
-        row = rows.get(ref)
-        own = float(whole[row]) if row is not None else sim
+    for row in top_rows(refs, best_passage, k, None, nodes, near):
+        own, sim = float(whole[row]), best_of[row]
         if sim > own and math.isfinite(own):
+            ref = refs[row]
             best[ref] = max(best.get(ref, -math.inf), own + PASSAGE_SHARE * (sim - own))
     return sorted(best.items(), key=lambda pair: -pair[1])[:k]
 
 
-def _rows_of(store: Any, user_id: str, model: str) -> dict[Ref, int]:
-    """Each ref's row in the tenant's ``model`` matrix, kept with the refs list it maps."""
-    refs = store.vector_refs(user_id, model)
-    held = getattr(store, "_passage_rows", None)
-    if held is None or held[0] is not refs:
-        held = store._passage_rows = (refs, {r: i for i, r in enumerate(refs) if r is not None})
-    return held[1]
+class PassageIndex:
+    """Where each node's passages are in a tenant's passage matrix: ``start`` and
+    ``count`` by the node's row in the tenant's own matrix (``count`` 0: no passages).
+
+    Kept on the store per tenant and model (:data:`KEPT_TENANTS` of them) for one pair of
+    row-id lists (``vectors``' ids of the two matrices). A pair of longer lists that begin
+    with the kept ones' own entries (the same objects: ``KeptVectors`` adds rows to a copy
+    of its list) extends the kept index by the new rows only, so a search right after a
+    message was added does not map every row again."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.pids: list[str] = []
+        self.row_of: dict[str, int] = {}
+        self.spans: dict[str, tuple[int, int]] = {}
+        self.start = np.zeros(0, np.int64)
+        self.count = np.zeros(0, np.int64)
+
+    @classmethod
+    def of(cls, store: Any, key: tuple[str, str], ids: list[str], pids: list[str]
+           ) -> PassageIndex:
+        """The index for these lists of one tenant and model (``key``), kept on ``store``
+        (see the class)."""
+        kept: OrderedDict[tuple[str, str], PassageIndex] | None = getattr(
+            store, "_passage_indexes", None)
+        if kept is None:
+            kept = store._passage_indexes = OrderedDict()
+        held = kept.get(key)
+        if held is not None and held.ids is ids and held.pids is pids:
+            kept.move_to_end(key)
+            return held
+        index = cls()
+        if held is not None and _extends(held.ids, ids) and _extends(held.pids, pids):
+            index.row_of, index.spans = dict(held.row_of), dict(held.spans)
+            index.start, index.count = held.start, held.count
+            index._add(ids, pids, len(held.ids), len(held.pids))
+        else:
+            index._add(ids, pids, 0, 0)
+        kept[key] = index
+        kept.move_to_end(key)
+        while len(kept) > KEPT_TENANTS:
+            kept.popitem(last=False)
+        return index
+
+    def _add(self, ids: list[str], pids: list[str], done: int, pdone: int) -> None:
+        """Map the rows from ``done`` (``pdone`` in the passages) on; the arrays are new
+        ones, never written in place (a search may hold the old)."""
+        self.ids, self.pids = ids, pids
+        start = np.concatenate([self.start, np.full(len(ids) - done, -1, np.int64)])
+        count = np.concatenate([self.count, np.zeros(len(ids) - done, np.int64)])
+        for row in range(done, len(ids)):
+            self.row_of[ids[row]] = row
+        first = pdone  # a node's passages are consecutive rows, never split by an append
+        for i in range(pdone + 1, len(pids) + 1):
+            if i == len(pids) or pids[i] != pids[first]:
+                self.spans[pids[first]] = (first, i)
+                at = self.row_of.get(pids[first])
+                if at is not None:
+                    start[at], count[at] = first, i - first
+                first = i
+        for row in range(done, len(ids)):
+            span = self.spans.get(ids[row])
+            if span is not None:
+                start[row], count[row] = span[0], span[1] - span[0]
+        self.start, self.count = start, count
+
+
+def _extends(old: list[str], new: list[str]) -> bool:
+    """Whether ``new`` is ``old`` with rows added: as long at least, and its first and
+    last kept entries the very objects of ``old`` (a list read anew holds new ones)."""
+    return 0 < len(old) <= len(new) and new[0] is old[0] and new[len(old) - 1] is old[-1]
 
 
 def _matrix_refs(store: Any, memo: DenseMemo, user_id: str, model: str,
@@ -258,6 +373,15 @@ def _matrix_refs(store: Any, memo: DenseMemo, user_id: str, model: str,
     return top_cosine(ids, sims, k, allowed, nodes, rows)
 
 
+def top_rows(
+    ids: Sequence[Ref | None], sims: np.ndarray, k: int, allowed: set[Ref] | None,
+    nodes: Sequence[str], rows: np.ndarray | None = None,
+) -> list[int]:
+    """The rows of the ``k`` best candidates, best first, as :func:`top_cosine` ranks and
+    filters them (each row's index into ``ids``: ``rows[i]`` for ``sims[i]``)."""
+    return [row for row, _, _ in _ranked(ids, sims, k, allowed, nodes, rows)]
+
+
 def top_cosine(
     ids: Sequence[Ref | None], sims: np.ndarray, k: int, allowed: set[Ref] | None,
     nodes: Sequence[str], rows: np.ndarray | None = None,
@@ -271,21 +395,30 @@ def top_cosine(
     its best. A row whose cosine is not a number (a vector's bytes altered on disk: NaN)
     is left out.
     """
-    if not len(sims):
+    return [(ref, sim) for _, ref, sim in _ranked(ids, sims, k, allowed, nodes, rows)]
+
+
+def _ranked(
+    ids: Sequence[Ref | None], sims: np.ndarray, k: int, allowed: set[Ref] | None,
+    nodes: Sequence[str], rows: np.ndarray | None = None,
+) -> list[tuple[int, Ref, float]]:
+    """(row, ref, cosine) of the ``k`` best candidates (see :func:`top_cosine`)."""
+    if not len(sims) or k < 1:
         return []
     want = min(len(sims), k)
     while True:
         top = np.argpartition(-sims, want - 1)[:want]
         top = top[np.argsort(-sims[top])]
-        out: list[tuple[Ref, float]] = []
+        out: list[tuple[int, Ref, float]] = []
         seen: set[Ref] = set()
-        for i in top:
-            ref = ids[i if rows is None else rows[i]]
+        for i in top.tolist():
+            row = i if rows is None else int(rows[i])
+            ref = ids[row]
             if ref is None or ref in seen or ref[0] not in nodes or (
                     allowed is not None and ref not in allowed):
                 continue
             if math.isfinite(sim := float(sims[i])):
-                out.append((ref, sim))
+                out.append((row, ref, sim))
                 seen.add(ref)
         if len(out) >= k or want == len(sims):
             return out[:k]

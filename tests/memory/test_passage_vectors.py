@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from memstrata.memory import Retriever, SearchWeights, Store
 from memstrata.memory.models import Turn
@@ -120,3 +121,95 @@ def test_the_upgrade_embeds_the_default_models_long_messages(tmp_path: Path) -> 
                              (passage_model(model),)).fetchall()
     assert len(wrote) == 1 and np.allclose(np.frombuffer(again[0][0], np.float32),
                                            np.frombuffer(wrote[0][0], np.float32))
+
+
+def _long_tenant(path: Path, embedder: FakeEmbedder, longs: int = 8) -> Store:
+    """A tenant of short turns and ``longs`` long ones, each long one a different mix
+    of the filler paragraphs around its own middle sentence."""
+    store = Store.open(path, embedder=embedder)
+    texts = list(SHORT)
+    for n in range(longs):
+        rest = FILLER[n:] + FILLER[:n]
+        texts.append("\n\n".join([*rest[:10], f"{MIDDLE} Variant {n} word{n}.", *rest[10:20]]))
+    store.add_turns([Turn(user_id="dev", conversation_id="c", session_id="s", turn_id=f"t{n}",
+                          seq=n, speaker="user", text=t) for n, t in enumerate(texts)])
+    return store
+
+
+def _expected(store: Store, embedder: FakeEmbedder, query: np.ndarray, k: int, nearest: int
+              ) -> list[tuple[str, float]]:
+    """The dense ranking worked out by hand: every node by its whole vector, and the long
+    ones among the ``nearest`` by it raised toward their best passage."""
+    from memstrata.memory.store.passage_vectors import PASSAGE_SHARE
+
+    ids, matrix = store.vectors("dev", embedder.name)
+    pids, passages = store.vectors("dev", passage_model(embedder.name))
+    whole = matrix @ query
+    scores = {node: float(w) for node, w in zip(ids, whole.tolist(), strict=True)}
+    near = {ids[i] for i in np.argsort(-whole, kind="stable")[:nearest]}
+    best: dict[str, float] = {}
+    for node, p in zip(pids, (passages @ query).tolist(), strict=True):
+        if node in near:
+            best[node] = max(best.get(node, -1.0), p)
+    ranked = dict(sorted(scores.items(), key=lambda pair: -pair[1])[:k])
+    for node, p in sorted(best.items(), key=lambda pair: -pair[1])[:k]:  # the k best by p
+        if p > scores[node]:
+            ranked[node] = scores[node] + PASSAGE_SHARE * (p - scores[node])
+    return sorted(ranked.items(), key=lambda pair: -pair[1])[:k]
+
+
+def test_passages_are_scored_for_the_nodes_nearest_by_their_own_vectors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstrata.memory.store import vectors
+
+    embedder = FakeEmbedder()
+    store = _long_tenant(tmp_path / "m.db", embedder)
+    query = embedder.encode([f"{MIDDLE} word3"])[0]
+    nodes = len(store.vectors("dev", embedder.name)[0])
+    gathered = []
+    real = vectors.one_blas_thread  # entered only where passages are copied out
+
+    def ranking(pairs: list[tuple[str, float]]) -> list[tuple[float, str]]:
+        return sorted((-round(score, 6), node) for node, score in pairs)  # ties by id
+
+    monkeypatch.setattr(vectors, "one_blas_thread", lambda: gathered.append(1) or real())
+    # Every node (one pass over all passages); k nodes; 2 nodes (their passages copied
+    # out). k = 8 holds every long node: no tie at the cut of the k best by passage.
+    for nearest, k in ((nodes, 8), (1, 8), (1, 2)):
+        monkeypatch.setattr(vectors, "PASSAGE_NODES", nearest)
+        store._dense_memo = vectors.DenseMemo()  # no pass kept from the last round
+        found = store.with_ids("dev", store.dense_refs("dev", embedder.name, query, k))
+        assert len(found) == k
+        assert ranking(found) == ranking(_expected(store, embedder, query, k, max(nearest, k)))
+    assert gathered
+    store.close()
+
+
+def test_the_passage_index_follows_added_rows_as_a_fresh_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from memstrata.memory.store.vectors import PassageIndex
+
+    embedder = FakeEmbedder()
+    store = _long_tenant(tmp_path / "m.db", embedder, longs=3)
+    query = embedder.encode([MIDDLE])[0]
+    store.dense_refs("dev", embedder.name, query, 5)  # the index is kept
+    first = store._passage_indexes[("dev", embedder.name)]
+    mapped: list[tuple[int, int]] = []
+    add = PassageIndex._add
+    monkeypatch.setattr(PassageIndex, "_add", lambda self, ids, pids, done, pdone: (
+        mapped.append((done, pdone)), add(self, ids, pids, done, pdone))[1])
+    more = [f"{MIDDLE} again {n}\n\n" + "\n\n".join(FILLER[n:n + 25]) for n in range(2)]
+    store.add_turns([Turn(user_id="dev", conversation_id="c", session_id="s", turn_id=f"x{n}",
+                          seq=100 + n, speaker="user", text=t) for n, t in enumerate(more)])
+    ids, _ = store.vectors("dev", embedder.name)
+    pids, _ = store.vectors("dev", passage_model(embedder.name))
+    kept = PassageIndex.of(store, ("dev", embedder.name), ids, pids)
+    assert kept is not first and mapped == [(len(first.ids), len(first.pids))]  # new rows only
+    fresh = PassageIndex.of(SimpleNamespace(), ("dev", embedder.name), ids, pids)
+    assert mapped[-1] == (0, 0)
+    assert kept.start.tolist() == fresh.start.tolist()
+    assert kept.count.tolist() == fresh.count.tolist()
+    assert sum(c > 0 for c in kept.count.tolist()) == 5
+    store.close()

@@ -140,21 +140,6 @@ def test_texts_since_reads_only_newer_rows_of_the_tenant(store: Store) -> None:
     assert [t.split(" [")[0].strip() for t in again] == ["a second fact"]
 
 
-def test_also_terms_only_add_to_rows_holding_a_query_term(store: Store) -> None:
-    store.add_many(FactItem(user_id="u", text=f"filler note {i}") for i in range(30))
-    store.add(FactItem(user_id="u", text="zebra sighting near the river"))
-    store.add(FactItem(user_id="u", text="zebra crossing"))
-    store.add(FactItem(user_id="u", text="river boat"))
-    first = store.lexical("u", ["zebra"], node="item", k=10)
-    again = store.lexical("u", ["zebra"], node="item", k=10, also=["river"])
-    full = store.lexical("u", ["zebra", "river"], node="item", k=10)
-    assert len(first) == len(again) == 2  # "river boat" holds no query term
-    assert again == [hit for hit in full if hit[0] in dict(first)]
-    # The reused first ranking never outlives a write.
-    store.add(FactItem(user_id="u", text="a zebra"))
-    assert len(store.lexical("u", ["zebra"], node="item", k=10, also=["river"])) == 3
-
-
 def test_file_store_page_cache_is_sized_for_search(tmp_path) -> None:
     with Store.open(tmp_path / "a.db") as default, Store.open(tmp_path / "b.db",
                                                                 cache_mb=8) as small:

@@ -1,7 +1,7 @@
 """The lexical channel on PostgreSQL: bm25 over posting tables, computed in SQL.
 
-Holds ``PgLexical``: the search side (``lexical``/``lexical_refs``, ``match_cost``,
-``index_rows``, ``texts_since``) and the write side that keeps the index in step with
+Holds ``PgLexical``: the search side (``lexical``/``lexical_refs``, ``term_docs``,
+``texts_since``) and the write side that keeps the index in step with
 every write of the store, in the same transaction (``_index_turns``, ``_unindex_turn``,
 ``_unindex_conversation``, ``_index_item``, ``_reindex_item``, ``_unindex_item``; called
 by ``conversations.py`` and ``items.py``; ``forget_user`` empties these tables with the
@@ -27,7 +27,7 @@ the term in the searched columns, ``f`` the column-weighted count, ``D`` the row
 both backends. Per-tenant statistics leak nothing of other tenants into a tenant's scores
 and are all that row-level security lets a tenant's transaction read.
 
-**Common terms** (``common_share``, ``common_min_docs``, ``common_budget``, ``also``): the
+**Common terms** (``common_share``, ``common_min_docs``, ``common_budget``): the
 SQLite store's split, on the tenant's own counts: a common term adds its bm25 to the rows
 holding a rarer query term and scores no row by itself; rows are probed for it by row.
 Document counts come from ``lexical_terms`` (migration 7: each term's rows in any column
@@ -170,7 +170,6 @@ class PgLexical(PgConnection):
         common_share: float = 0.0,
         common_min_docs: int = 0,
         common_budget: int = 0,
-        also: Sequence[str] = (),
         idf_shift: float = 0.0,
     ) -> list[tuple[Ref, float]]:
         """bm25 top-k over the tenant's turns or items as ``[(ref, score)]``, higher =
@@ -182,15 +181,13 @@ class PgLexical(PgConnection):
         tenant index of at least ``common_min_docs`` rows, query terms in more than that
         share of its rows (rarest first within ``common_budget`` rows) are common: they add
         their bm25 to rows holding a rarer query term but score no row by themselves (the
-        rarest term always counts as rare). ``also``: further terms counted as common.
+        rarest term always counts as rare).
         """
         query_tokens = textmod.match_tokens(query_tokens)
         common: list[str] = []
         if common_share > 0:
             query_tokens, common = self._split_common(user_id, query_tokens, node, common_share,
                                                       common_min_docs, common_budget)
-        common += [t for t in dict.fromkeys(textmod.match_tokens(list(also)))
-                   if t not in query_tokens and t not in common]
         if not query_tokens or k <= 0:
             return []
         searched = "TRUE" if node == "turn" and context_weight else "p.body_tf > 0"
@@ -209,24 +206,6 @@ class PgLexical(PgConnection):
             "shift": float(idf_shift)}, where_args)
         rows = self._rows(user_id, query, args)
         return [((node, int(r)), float(v)) for r, v in rows]
-
-    def match_cost(self, user_id: str, query_tokens: list[str], *, node: str,
-                   common_share: float = 0.0, common_min_docs: int = 0,
-                   common_budget: int = 0) -> int:
-        """Rows ``lexical`` would score for these tokens (an upper bound: the sum of their
-        document counts in the tenant's index, after the same common-term split)."""
-        tokens = textmod.match_tokens(query_tokens)
-        if common_share > 0:
-            tokens = self._split_common(user_id, tokens, node, common_share, common_min_docs,
-                                        common_budget)[0]
-        return sum(self._term_docs(user_id, tokens, node).values())
-
-    def index_rows(self, node: str) -> int:
-        """Rows in the index of turns or items, all tenants (``memstrata_index_rows()``, an
-        owner-run function that returns the count only: row-level security keeps every
-        tenant's rows from the store's role)."""
-        rows = self._rows(None, "SELECT memstrata_index_rows(%s)", (node,))
-        return int(rows[0][0])
 
     def texts_since(self, user_id: str, turn_rowid: int = 0, item_rowid: int = 0, *,
                     limit: int | None = None) -> tuple[list[str], int, int]:

@@ -34,9 +34,11 @@ which runs the migrations) keeps full access for operations, and ``SECURITY DEFI
 functions owned by it answer the questions that span tenants and return no content:
 ``memstrata_owner(id)`` (the tenant of an id: ``owner``, used by imports to refuse ids
 that exist elsewhere), ``memstrata_counts()`` (row counts of all tenants: ``counts()``),
-``memstrata_index_rows(node)`` (rows in the lexical index: ``index_rows``),
 ``memstrata_run_owner(run)`` (the tenant of a run id: ``runs.add_steps``) and
 ``memstrata_run_tenants()`` (the tenants with runs: ``runs.list()`` over all tenants).
+Migration 4 also created ``memstrata_index_rows(node)`` (every tenant's rows in the lexical
+index, a count only): no code calls it any more, and it stays, since dropping it from a
+live database would take a migration of its own.
 
 pgvector (migration 6): where the server offers the ``vector`` extension and the URL's role
 may create it, the migration creates it and adds ``embeddings.vec`` (a ``vector`` beside the
@@ -280,7 +282,7 @@ MIGRATIONS: list[tuple[int, str, Any]] = [
         CREATE INDEX items_tenant_rowid ON items (user_id, rowid);
         """
         + rls(("lexical_rows", "lexical_postings", "lexical_totals"))
-        # index_rows(): the rows of every tenant's index, a count only.
+        # The rows of every tenant's index, a count only (no longer called; see the module).
         + """
         CREATE FUNCTION memstrata_index_rows(which text) RETURNS bigint
             LANGUAGE sql STABLE SECURITY DEFINER
