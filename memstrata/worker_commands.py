@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -113,8 +114,12 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             print(json.dumps({"deleted": deleted, "dry_run": args.dry_run}))
             return 0
         only = None if args.status == "all" else args.status
-        for job in memory.jobs(args.user, status=only, limit=args.limit):
+        jobs = memory.jobs(args.user, status=only, limit=args.limit)
+        for job in jobs:
             print(json.dumps(job, ensure_ascii=False))
+        if not jobs:  # stdout stays JSON lines (none); a person reading it learns why
+            print("memstrata: no extraction jobs" + (f" of {args.user}" if args.user else "")
+                  + (f" {only}" if only else ""), file=sys.stderr)
     return 0
 
 
