@@ -5,9 +5,9 @@ row vectors over every core. On a machine whose cores are busy with other work, 
 split waits for a core: measured here on 2 busy cores, 33,199 x 256 float32 times one
 vector took ~9 ms across both threads and ~1.5 ms on one, and the products were the
 same to the last bit. :func:`one_blas_thread` holds BLAS to one thread for a block
-(through ``threadpoolctl`` when it is installed; without it, the block runs as BLAS is
-set up). The limit is process-wide, as every BLAS thread setting is: it is set when the
-first of any overlapping blocks (other threads') begins and lifted when the last ends.
+(through ``threadpoolctl``). The limit is process-wide, as every BLAS thread setting
+is: it is set when the first of any overlapping blocks (other threads') begins and lifted
+when the last ends.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 _lock = threading.Lock()
-_controller: Any = None  # threadpoolctl's controller; False: threadpoolctl is not installed
+_controller: Any = None  # threadpoolctl's controller, made on first use
 _limiter: Any = None  # the limit in force while blocks run
 _inside = 0  # blocks running now, all threads
 
@@ -29,13 +29,10 @@ def one_blas_thread() -> Iterator[None]:
     global _controller, _limiter, _inside
     with _lock:
         if _controller is None:
-            try:
-                from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
-            except ImportError:
-                _controller = False
-            else:
-                _controller = ThreadpoolController()
-        if _controller is not False and _inside == 0:
+            from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+
+            _controller = ThreadpoolController()
+        if _inside == 0:
             _limiter = _controller.limit(limits=1, user_api="blas")
         _inside += 1
     try:
