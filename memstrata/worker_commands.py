@@ -152,12 +152,18 @@ def cmd_bench_background(args: argparse.Namespace) -> int:
     synchronous path), another tenant's search p95 alone vs while a worker extracts, and
     the background path's facts vs the synchronous path's on the same turns. --lm
     scripted/slow is a deterministic fake whose calls sleep --delay seconds."""
-    from memstrata.bench.background import run_background_bench, table
+    from memstrata.bench.background import PARTS, run_background_bench, table
     from memstrata.cli_support import print_report
 
+    only = tuple(part.strip() for part in args.only.split(",") if part.strip())
+    unknown = sorted(set(only) - set(PARTS))
+    if unknown or not only:
+        print(f"memstrata bench background: --only {args.only!r}: choose one or more of "
+              f"{', '.join(PARTS)}", file=sys.stderr)
+        return 2
     doc = run_background_bench(args.out, lm=args.lm, delay_s=args.delay, turns=args.turns,
                                calls=args.calls, queries=args.queries,
-                               fact_turns=args.fact_turns, data=args.data)
+                               fact_turns=args.fact_turns, data=args.data, only=only)
     return print_report(table(doc), [Path(args.out) / "background.json"])
 
 
@@ -183,5 +189,8 @@ def add_background_bench_parser(bsub: Any) -> None:
     p.add_argument("--data", type=Path,
                    help="a LoCoMo-format file: its first conversation's turns for the facts "
                    "comparison (default: a synthetic chat)")
+    p.add_argument("--only", default="add,search,facts", metavar="PARTS",
+                   help="comma-separated measurements to run: add, search, facts "
+                   "(default all three)")
     p.add_argument("--out", default="out", help="output folder (default ./out)")
     p.set_defaults(func=cmd_bench_background)

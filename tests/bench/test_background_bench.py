@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from memstrata.bench.background import SCRIPTED, run_background_bench, table
 
 
@@ -31,3 +33,26 @@ def test_the_bench_reports_each_measure_beside_its_baseline(tmp_path: Path) -> N
     text = table(doc)
     assert "each extraction call sleeps 0.05 s" in text
     assert f"({search['p95_ratio']}x)" in text
+
+
+def test_only_runs_the_named_parts(tmp_path: Path) -> None:
+    doc = run_background_bench(tmp_path, lm=SCRIPTED, delay_s=0.01, turns=100, calls=20,
+                               fact_turns=20, only=("add",))
+    assert "add" in doc and "search" not in doc and "facts" not in doc
+    assert set(doc["targets"]) == {"add_p95_ms<=10"}
+    text = table(doc)
+    assert "add p95 at 100 turns" in text and "search" not in text
+
+
+def test_an_unknown_part_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown part"):
+        run_background_bench(tmp_path / "x", lm=SCRIPTED, only=("add", "serch"))
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_refuses_a_misspelt_part(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                     ) -> None:
+    from memstrata.cli import main
+
+    assert main(["bench", "background", "--only", "ad", "--out", str(tmp_path)]) == 2
+    assert "choose one or more of add, search, facts" in capsys.readouterr().err
