@@ -58,6 +58,7 @@ from memstrata.memory.store.forget import scrubbing
 from memstrata.memory.store.jobs import STATUSES as JOB_STATUSES
 from memstrata.memory.store.opener import open_store
 from memstrata.memory.store.versions import Version
+from memstrata.programs.errors import ModelSetupError
 from memstrata.worker import (
     EXTRACT,
     ExtractionSettings,
@@ -99,6 +100,13 @@ MAX_METADATA_DEPTH = 20
 KINDS = ("turn", *ITEM_KINDS)
 """What ``get_all``'s ``kind`` and the ``kinds`` filter may name."""
 
+
+
+class MemoryNotFoundError(MemstrataError, KeyError):
+    """No turn or item of that id for this tenant (``Memory.update``)."""
+
+    def __str__(self) -> str:  # KeyError's would quote the message
+        return str(self.args[0]) if self.args else ""
 
 class Memory:
     """A tenant-scoped memory over one store; safe to share between threads.
@@ -804,7 +812,7 @@ class Memory:
         "UPDATE", "previous"}``.
 
         Raises:
-            KeyError: no such id (for this tenant).
+            MemoryNotFoundError: no such id for this tenant (a ``KeyError``).
             ValueError: empty text.
         """
         if not isinstance(text, str) or not text.strip():
@@ -813,7 +821,7 @@ class Memory:
         with self._lock:
             owner = self._owner(id, user_id)
             if owner is None:
-                raise KeyError(f"no memory {id!r}")
+                raise MemoryNotFoundError(f"no memory {id!r}")
             old: Turn | Item | None
             if node_type(id) == "turn":
                 old = self.store.turn(owner, id)
@@ -893,7 +901,7 @@ class Memory:
         parse retry adds one.
 
         Raises:
-            RuntimeError: the memory was opened without an LM.
+            ModelSetupError: the memory was opened without an LM (a ``RuntimeError``).
             ValueError: a bad ``user_id``, an empty or oversized question, an unknown
                 ``route``.
             ProgramParseError: the model's output did not parse after the retry.
@@ -905,7 +913,7 @@ class Memory:
 
         _check_id("user_id", user_id)
         if self.lm is None:
-            raise RuntimeError("answer needs an LM: Memory.open(path, lm=...)")
+            raise ModelSetupError("answer needs an LM: Memory.open(path, lm=...)")
         if not isinstance(question, str):
             raise TypeError(f"question must be a string, not {type(question).__name__}")
         _check_text("question", question, limit=MAX_QUERY_BYTES)
@@ -1081,7 +1089,7 @@ class Memory:
         ``memory.expect``). ``predictor`` is a (compiled) ``VoEPredictor`` to use.
 
         Raises:
-            RuntimeError: the memory was opened without an LM.
+            ModelSetupError: the memory was opened without an LM (a ``RuntimeError``).
             ValueError: a bad id, or a conversation with no turn yet.
             ProgramParseError: the model's output did not parse after the retry.
         """
@@ -1092,7 +1100,7 @@ class Memory:
         conv = conversation_id or DEFAULT_CONVERSATION
         _check_id("conversation_id", conv)
         if self.lm is None:
-            raise RuntimeError("expect needs an LM: Memory.open(path, lm=...)")
+            raise ModelSetupError("expect needs an LM: Memory.open(path, lm=...)")
         result = expect(self.store, user_id, conversation_id=conv, lm=self.lm.lm,
                         predictor=predictor, settings=settings, lock=self._lock)
         result.run_id = record_verb(

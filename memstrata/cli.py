@@ -7,7 +7,9 @@ a non-zero exit; results go to stdout (JSON for machine-readable ones).
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import re
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -393,8 +395,18 @@ class _Parser(argparse.ArgumentParser):
     class too)."""
 
     def error(self, message: str) -> NoReturn:
-        """Print the usage and the message on one line, and exit with code 2."""
-        super().error(" ".join(message.split()))
+        """Print the usage and the message on one line, and exit with code 2; a misspelt
+        command or choice gets the nearest valid one suggested."""
+        message = " ".join(message.split())
+        if found := _INVALID_CHOICE.search(message):
+            choices = re.findall(r"'([^']*)'", found["choices"])
+            if near := difflib.get_close_matches(found["given"], choices, n=1, cutoff=0.6):
+                message += f"; did you mean '{near[0]}'?"
+        super().error(message)
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
+"""argparse's message for a value outside an argument's choices (quoted choices)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

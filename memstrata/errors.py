@@ -30,6 +30,7 @@ error                                                     also a
 ``memstrata.worker.JobTimeoutError``                      ``TimeoutError``
 ``memstrata.inspector.app.BadRequest``                    ``ValueError``
 ``memstrata.inspector.views.NotFound``                    ``LookupError``
+``memstrata.api.MemoryNotFoundError``                     ``KeyError``
 ========================================================  ==============================
 
 This module imports nothing of memstrata, so every layer, the lowest included, may

@@ -119,3 +119,15 @@ def test_export_to_a_folder_fails_cleanly(tmp_path: Path,
     assert _cli("export", str(folder), "--user", "u", "--db", db) == 2
     assert "folder" in _one_line(capsys)
     assert not list(tmp_path.rglob("*.partial"))
+
+
+def test_a_misspelt_command_or_choice_gets_the_nearest_one(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli("serch", "x") == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'serch'" in err and err.rstrip().endswith("did you mean 'search'?")
+    assert len(err.strip().splitlines()) == 2  # the usage line and the one-line error
+    assert _cli("jobs", "list", "--status", "donee") == 2
+    assert "did you mean 'done'?" in capsys.readouterr().err
+    assert _cli("zzzz") == 2  # nothing near: no guess
+    assert "did you mean" not in capsys.readouterr().err

@@ -35,6 +35,7 @@ FAMILY: list[tuple[str, str, tuple[type[BaseException], ...]]] = [
     ("memstrata.worker", "JobTimeoutError", (TimeoutError,)),
     ("memstrata.inspector.app", "BadRequest", (ValueError,)),
     ("memstrata.inspector.views", "NotFound", (LookupError,)),
+    ("memstrata.api", "MemoryNotFoundError", (KeyError,)),
 ]
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstrata import Memory
+from memstrata import Memory, MemstrataError
 from memstrata.formats import ImportFormatError
 from memstrata.memory.store.forget import tenant_tables
 from tests.conftest import field
@@ -75,8 +75,9 @@ def test_add_search_get_update_history_delete() -> None:
     assert m.search("Faro", user_id="u1", k=1)[0].id == first
     assert all("Lisbon" not in h.text for h in m.search("Lisbon", user_id="u1", k=5))
     assert m.delete(first) and m.get(first) is None and m.history(first) == []
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError) as caught:
         m.update(first, "again")
+    assert isinstance(caught.value, MemstrataError) and str(caught.value) == f"no memory {first!r}"
 
 
 def test_item_updates_keep_versions() -> None:
@@ -135,7 +136,7 @@ def test_no_lm_means_no_extraction_and_no_error() -> None:
     m = Memory.open(":memory:")
     assert [e["kind"] for e in m.add("hello", user_id="u")] == ["turn"]
     assert m.flush("u") == []
-    with pytest.raises(RuntimeError, match="needs an LM"):
+    with pytest.raises(MemstrataError, match="needs an LM"):
         m.answer("what?", user_id="u")
 
 
