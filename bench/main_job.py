@@ -108,16 +108,11 @@ def _examples(locomo: Path, handle: ModelHandle, db: Path, count: int,
             got = memory.answer(q.question, user_id=q.sample_id)
             usage = handle.meter.since(mark)
             evidence = []
-            # Evidence names a turn by its source id (LoCoMo's ``D3:7``) or an item by its
-            # store id.
-            by_source = {t.turn_id: t for t in memory.store.turns(q.sample_id)
-                         if t.turn_id in got.evidence}
-            for ref in got.evidence[:3]:
-                turn = by_source.get(ref)
-                row = (turn.model_dump(mode="json") if turn is not None
-                       else memory.get(ref, user_id=q.sample_id))
+            for ref in got.evidence[:3]:  # store ids: a turn is shown by its own id (D3:7)
+                row = memory.get(ref, user_id=q.sample_id)
                 if row is not None:
-                    evidence.append({"id": ref, "speaker": row.get("speaker"),
+                    evidence.append({"id": row.get("turn_id") or ref,
+                                     "speaker": row.get("speaker"),
                                      "when": str(row.get("event_time") or ""),
                                      "text": str(row.get("text") or row.get("memory") or "")})
             out.append({"question": q.question, "key": q.answer, "category": q.category,

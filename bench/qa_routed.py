@@ -69,7 +69,10 @@ def answer_routed(memory: Memory, handle: ModelHandle, key: str, q: Question, st
                      data={"llm_calls": out.llm_calls, "memory_run": out.run_id})
             run.step("retrieve", out.path, output=out.retrieved, data={"ids": out.retrieved})
         answer = out.answer if out is not None else ""
-        output = {"answer": answer, "evidence": out.evidence if out else [],
+        # Turns by their ids in the conversation (D1:3), as the other systems cite them.
+        labels = {s.id: s.turn_id for s in out.sources if s.turn_id} if out else {}
+        evidence = [labels.get(e, e) for e in out.evidence] if out else []
+        output = {"answer": answer, "evidence": evidence,
                   "abstained": out.abstained if out else False,
                   "path": out.path if out else None}
         if error:
@@ -78,7 +81,7 @@ def answer_routed(memory: Memory, handle: ModelHandle, key: str, q: Question, st
             run.finish(output=output, verdict=score_answer(answer, q.answer, q.category),
                        usage=usage.model_dump())
     return Answer(key=key, system="memory_routed", qid=q.qid, answer=answer,
-                  evidence=out.evidence if out is not None else [],
+                  evidence=evidence,
                   abstained=out.abstained if out is not None else False, error=error,
                   calls=usage.calls, input_tokens=usage.input_tokens,
                   output_tokens=usage.output_tokens,

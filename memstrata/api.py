@@ -889,7 +889,9 @@ class Memory:
         an update goes to the adaptive reasoner over the same memory (what was said and
         what was read: its calculator, its date order, both sides of a contradiction).
         Either way the result is a :class:`~memstrata.programs.routed_answer.RoutedAnswer`
-        (an ``AnswerWithProvenance``: ``answer``, ``evidence``, ``reason``, ...) that
+        (an ``AnswerWithProvenance``: ``answer``, ``evidence`` — store ids, which
+        :meth:`get` reads; ``sources`` add each turn's id in its conversation —
+        ``reason``, ...) that
         also names the ``path``, the ``intent`` and the ``llm_calls`` it took, and the
         ``run_id`` of its run record (program ``memory.answer``). The model is never
         called under this memory's lock: another tenant's call is not kept waiting.
@@ -932,12 +934,36 @@ class Memory:
                                router=answerer.router, lm=self.lm.lm,
                                count_tokens=self.lm.count_tokens, lock=self._lock,
                                route=route, conversation_id=conversation_id)
+        self._store_evidence(user_id, result)
         result.run_id = record_verb(
             self.store, user_id, "answer", task=question, llm_calls=result.llm_calls,
             output={"answer": result.answer, "evidence": result.evidence},
             data={"path": result.path, "intent": result.intent, "route": route},
             lock=self._lock)
         return result
+
+    def _store_evidence(self, user_id: str, result: RoutedAnswer) -> None:
+        """Name each evidence turn of ``result`` by its store id, which :meth:`get` reads
+        (the answerer cites turns by their ids within a conversation, ``D1:3``, which
+        repeat across conversations); ``sources`` keep that id as ``turn_id``. Item ids
+        and store ids stay as they are."""
+        sources = {s.id: s for s in result.sources}
+        evidence = []
+        for ev in result.evidence:
+            source = sources.get(ev)
+            conv = source.conversation_id if source else result.conversation_id
+            with self._lock:
+                found = self.store.turns(user_id, conversation_id=conv, labels=[ev], limit=2)
+            if len(found) != 1:  # not a turn's label, or one that names two turns
+                evidence.append(ev)
+                continue
+            turn = found[0]
+            evidence.append(turn.id)
+            if source is not None:
+                source.id, source.turn_id = turn.id, ev
+                source.conversation_id = turn.conversation_id
+                source.speaker = source.speaker or turn.speaker
+        result.evidence = evidence
 
     def context(self, query: str, *, user_id: str, budget: int = 600,
                 layers: Iterable[str] | None = None, conversation_id: str | None = None,

@@ -51,11 +51,14 @@ class AnswerSettings(BaseModel):
 
 
 class EvidenceRef(BaseModel):
-    """One piece of evidence: its id (a turn id or an item id), conversation and speaker."""
+    """One piece of evidence: its id (a turn id or an item id), conversation and speaker.
+    ``turn_id`` is a turn's id within its conversation (``D1:3``) where ``id`` is its
+    store id (``Memory.answer`` gives store ids, which ``Memory.get`` reads)."""
 
     id: str
     conversation_id: str | None = None
     speaker: str | None = None
+    turn_id: str | None = None
 
 
 class AnswerWithProvenance(BaseModel):

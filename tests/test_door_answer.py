@@ -32,6 +32,11 @@ def test_a_recall_takes_the_answerer_with_two_calls(scripted: Any) -> None:
     out = m.answer("Where did I move in May?", user_id=ANA)
     assert out.path == "answerer" and out.intent == "simple_recall"
     assert out.answer == "Lisbon" and out.evidence  # the answerer's own fallback evidence
+    # Store ids, which get reads; each source keeps the turn's id in its conversation.
+    assert next(m.get(e, user_id=ANA)["text"] for e in out.evidence).startswith("I moved")
+    assert [s.id for s in out.sources] == out.evidence
+    assert [s.turn_id for s in out.sources] == ["t0", "t1"][:len(out.sources)]
+    assert all(s.conversation_id == "default" for s in out.sources)
     assert script.asked == ["classify", "qa"] and out.llm_calls == 2
     record = m.store.runs.get(ANA, out.run_id)
     assert record is not None and record.program == "memory.answer"
@@ -123,3 +128,17 @@ def test_answer_needs_an_lm_and_a_question() -> None:
     m = Memory.open(":memory:", embedder=None)
     with pytest.raises(RuntimeError, match="needs an LM"):
         m.answer("Where?", user_id=ANA)
+
+
+def test_evidence_labels_that_repeat_across_conversations_resolve_to_their_own(
+        scripted: Any) -> None:
+    script = DoorScript("simple_recall", answer="Lisbon")
+    m = _memory(scripted, script)
+    # Another conversation whose turns carry the same ids (t0, t1): the evidence still
+    # names the turns the answer rests on.
+    m.add([{"role": "user", "content": "I adopted a cat"},
+           {"role": "assistant", "content": "Lovely!"}], user_id=ANA,
+          conversation_id="other", infer=False)
+    out = m.answer("Where did I move in May?", user_id=ANA, conversation_id="default")
+    rows = [m.get(e, user_id=ANA) for e in out.evidence]
+    assert rows and all(r is not None and r["conversation_id"] == "default" for r in rows)

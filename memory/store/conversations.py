@@ -147,8 +147,10 @@ class ConversationStore(VectorStore):
         after_seq: int | None = None,
         newest: bool = False,
         offset: int = 0,
+        labels: Sequence[str] | None = None,
     ) -> list[Turn]:
-        """A tenant's turns in conversation order, optionally by conversation or ids, only
+        """A tenant's turns in conversation order, optionally by conversation, store ids or
+        ``labels`` (the conversation's own turn ids, ``Turn.turn_id``: ``D1:3``), only
         those after ``after_seq`` in their conversation; ``newest``: last recorded first."""
         # With ids, "+user_id" keeps the planner on the unique id index (see nodes()).
         tenant = "user_id" if ids is None else "+user_id"
@@ -163,6 +165,9 @@ class ConversationStore(VectorStore):
         if ids is not None:
             sql += f" AND id IN ({','.join('?' * len(ids))})"
             args += list(ids)
+        if labels is not None:
+            sql += f" AND turn_id IN ({','.join('?' * len(labels))})"
+            args += list(labels)
         sql += (" ORDER BY recorded_at DESC, rowid DESC" if newest
                 else " ORDER BY conversation_id, seq")
         if limit is not None or offset:

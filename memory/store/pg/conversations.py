@@ -142,8 +142,10 @@ class PgConversations(PgConnection, EmbeddingWrites):
         after_seq: int | None = None,
         newest: bool = False,
         offset: int = 0,
+        labels: Sequence[str] | None = None,
     ) -> list[Turn]:
-        """A tenant's turns in conversation order, optionally by conversation or ids, only
+        """A tenant's turns in conversation order, optionally by conversation, store ids or
+        ``labels`` (the conversation's own turn ids, ``Turn.turn_id``: ``D1:3``), only
         those after ``after_seq`` in their conversation; ``newest``: last recorded first."""
         query = "SELECT * FROM turns WHERE user_id = %s"
         args: list[Any] = [user_id]
@@ -156,6 +158,9 @@ class PgConversations(PgConnection, EmbeddingWrites):
         if ids is not None:
             query += " AND id = ANY(%s)"
             args.append(list(ids))
+        if labels is not None:
+            query += " AND turn_id = ANY(%s)"
+            args.append(list(labels))
         query += (" ORDER BY recorded_at DESC, rowid DESC" if newest
                   else " ORDER BY conversation_id, seq")
         if limit is not None or offset:

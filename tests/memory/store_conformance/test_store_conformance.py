@@ -51,6 +51,15 @@ def test_conversations_sessions_and_turns(backend: Any) -> None:
     assert [t.seq for t in backend.turns("u1", newest=True, limit=2)] == [3, 2]
     assert [t.seq for t in backend.turns("u1", limit=2, offset=1)] == [1, 2]
     assert [t.seq for t in backend.turns("u1", offset=3)] == [3]
+    # By the conversation's own turn ids: only this tenant's, only this conversation's.
+    other = _conversation(backend, conv="c2", n=2)
+    _conversation(backend, user="u2", n=2)
+    assert [t.id for t in backend.turns("u1", labels=["s1:1", "s1:3"])] == [
+        ids[1], ids[3], other[1]]
+    assert [t.id for t in backend.turns("u1", conversation_id="c2", labels=["s1:1"])] == [
+        other[1]]
+    assert backend.turns("u1", labels=["nope"]) == []
+    assert backend.delete_conversation("u1", "c2") == 2
     one = backend.turn("u1", ids[1])
     assert one.text == "turn 1 of c1" and one.metadata == {"caption": "a cat"}
     assert one.event_time == T0
