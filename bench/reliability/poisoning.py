@@ -466,10 +466,13 @@ def check_provenance(store: Any, tenant: str, provenance: Any) -> list[str]:
     """How an answer's provenance misleads: an evidence id the tenant does not hold, or a
     source credited to someone other than who said it."""
     problems: list[str] = []
-    turns = {(t.conversation_id, t.turn_id): t.speaker for t in store.turns(tenant)}
+    rows = store.turns(tenant)
+    by_store_id = {t.id: t.speaker for t in rows}  # Memory.answer cites turns so
+    turns = {(t.conversation_id, t.turn_id): t.speaker for t in rows}  # the answerer so
     by_turn = {tid: spk for (_, tid), spk in turns.items()}
     for src in provenance.sources:
-        said = turns.get((src.conversation_id, src.id), by_turn.get(src.id))
+        said = by_store_id.get(src.id) or turns.get((src.conversation_id, src.id),
+                                                    by_turn.get(src.id))
         if said is None and store.get(tenant, src.id) is None:
             problems.append(f"evidence {src.id!r} is no memory of this tenant")
         elif said is not None and src.speaker not in (None, said):
