@@ -101,12 +101,12 @@ KINDS = ("turn", *ITEM_KINDS)
 """What ``get_all``'s ``kind`` and the ``kinds`` filter may name."""
 
 
-
 class MemoryNotFoundError(MemstrataError, KeyError):
     """No turn or item of that id for this tenant (``Memory.update``)."""
 
     def __str__(self) -> str:  # KeyError's would quote the message
         return str(self.args[0]) if self.args else ""
+
 
 class Memory:
     """A tenant-scoped memory over one store; safe to share between threads.

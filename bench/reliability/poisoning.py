@@ -467,8 +467,10 @@ def check_provenance(store: Any, tenant: str, provenance: Any) -> list[str]:
     source credited to someone other than who said it."""
     problems: list[str] = []
     rows = store.turns(tenant)
-    by_store_id = {t.id: t.speaker for t in rows}  # Memory.answer cites turns so
-    turns = {(t.conversation_id, t.turn_id): t.speaker for t in rows}  # the answerer so
+    # Memory.answer cites a turn by its store id; the answerer alone by its id within
+    # its conversation.
+    by_store_id = {t.id: t.speaker for t in rows}
+    turns = {(t.conversation_id, t.turn_id): t.speaker for t in rows}
     by_turn = {tid: spk for (_, tid), spk in turns.items()}
     for src in provenance.sources:
         said = by_store_id.get(src.id) or turns.get((src.conversation_id, src.id),
