@@ -240,6 +240,13 @@ PARTS = ("add", "search", "facts")
 """The measurements, in the order they run; ``only`` picks some of them."""
 
 
+def check_parts(only: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` unless ``only`` names one or more of :data:`PARTS`."""
+    if not only or set(only) - set(PARTS):
+        raise ValueError(f"unknown part(s) in {','.join(only)!r}: choose one or more of "
+                         f"{', '.join(PARTS)}")
+
+
 def run_background_bench(out: str | Path, *, lm: str, delay_s: float = 2.0,
                          turns: int = 100_000, calls: int = 200, queries: int = 200,
                          fact_turns: int = 60, data: Path | None = None,
@@ -249,9 +256,7 @@ def run_background_bench(out: str | Path, *, lm: str, delay_s: float = 2.0,
     part is a ``ValueError`` before anything runs."""
     import tempfile
 
-    unknown = sorted(set(only) - set(PARTS))
-    if unknown or not only:
-        raise ValueError(f"unknown part(s) {unknown or only!r}; choose from {', '.join(PARTS)}")
+    check_parts(only)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     handle = model(lm, delay_s)

@@ -152,14 +152,14 @@ def cmd_bench_background(args: argparse.Namespace) -> int:
     synchronous path), another tenant's search p95 alone vs while a worker extracts, and
     the background path's facts vs the synchronous path's on the same turns. --lm
     scripted/slow is a deterministic fake whose calls sleep --delay seconds."""
-    from memstrata.bench.background import PARTS, run_background_bench, table
+    from memstrata.bench.background import check_parts, run_background_bench, table
     from memstrata.cli_support import print_report
 
     only = tuple(part.strip() for part in args.only.split(",") if part.strip())
-    unknown = sorted(set(only) - set(PARTS))
-    if unknown or not only:
-        print(f"memstrata bench background: --only {args.only!r}: choose one or more of "
-              f"{', '.join(PARTS)}", file=sys.stderr)
+    try:
+        check_parts(only)
+    except ValueError as exc:
+        print(f"memstrata bench background: --only: {exc}", file=sys.stderr)
         return 2
     doc = run_background_bench(args.out, lm=args.lm, delay_s=args.delay, turns=args.turns,
                                calls=args.calls, queries=args.queries,
