@@ -6,7 +6,9 @@ same two calls a turn with no facts. LoCoMo sessions are replayed as the convers
 the conversation's first speaker is the user, the other speaker's real turns stand in
 for the assistant's replies, and each arm's facts carry across a user's sessions (the
 sessions are replayed in order). Each session starts a fresh chat with no cached
-prediction, so only predictions made inside a session are scored. Both similarity
+prediction, so only predictions made inside a session are scored; a session's last asked
+turn is checked and (VoE arm) distilled but not answered, since its prediction would be
+scored by no one. Both similarity
 measures are reported: rapidfuzz ratio / 100 (the one the loop itself uses, and the one
 the pass decision uses) and the embedding cosine. The decision is a chi-squared test on
 the 2x2 table (arm x hit/miss): pass if p < 0.05 and the relative improvement >= 20%.
@@ -205,12 +207,17 @@ def run_voe_bench(data: str | Path, handle: ModelHandle, out_dir: str | Path, *,
                 VoEFacts(store).set_prediction(user, "")  # a new session is a new chat
                 loop = VoELoop(store, user, settings, use_facts=arm == "voe",
                                persist_history=False)
-                for step in replay(conv, turns, max_turns):
+                steps = list(replay(conv, turns, max_turns))
+                last = max((n for n, step in enumerate(steps) if step.asked), default=-1)
+                for n, step in enumerate(steps):
                     if not step.asked:
                         loop.observe(step.role, step.text)
                         continue
                     try:
-                        result = run_turn(loop, handle, step.text, reply_to_history=False)
+                        # The session's last asked turn makes no prediction anyone scores:
+                        # it only checks the cached one and distils a surprise.
+                        result = run_turn(loop, handle, step.text, reply_to_history=False,
+                                          respond=n != last)
                     except ProgramParseError:
                         failures += 1
                         bar.update()

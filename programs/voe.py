@@ -231,9 +231,16 @@ class VoELoop(dspy.Module):
 
     # -- the turn -----------------------------------------------------------------------
 
-    def forward(self, message: str, *, reply_to_history: bool = True) -> TurnResult:
+    def forward(self, message: str, *, reply_to_history: bool = True,
+                respond: bool = True) -> TurnResult:
         """One user turn through the loop; ``reply_to_history=False`` leaves the reply out
-        of the history (a replay adds the real one with ``observe``)."""
+        of the history (a replay adds the real one with ``observe``).
+
+        ``respond=False`` ends the chat on this message: the cached prediction is checked
+        and a surprise is distilled into a fact (one call, only after a violation with
+        facts on), but no prediction, fact search or reply is made (no other call) and the
+        cached prediction is cleared.
+        """
         text = check_message(message)
         turn_ref = self._remember("user", text)
         s = self.settings
@@ -243,13 +250,18 @@ class VoELoop(dspy.Module):
         violation = score is not None and score < s.fuzzy_threshold
         local = time.perf_counter() - started
         history = self._history_text()
-        fact, tags = None, []
+        fact: str | None = None
+        tags: list[str] = []
+        if not respond:
+            if violation and self.use_facts:
+                fact, tags = self._distil(history, cached or "", text, turn_ref)
+            self.facts.set_prediction(self.user_id, "")
+            return TurnResult(reply="", cached_prediction=cached, score=score,
+                              violation=violation, fact=fact, fact_tags=tags,
+                              local_ms=round(local * 1000, 3))
         if violation and self.use_facts:
             out = self.predictor(history=history, expected=cached, actual=text)
-            fact, tags = out.fact.strip(), [t for t in out.tags if t.strip()][:5]
-            if fact and tags:
-                self._facts_cache.append(self.facts.add(self.user_id, fact, tags, turn_ref))
-                self._facts_cache = self._facts_cache[-s.max_facts:]
+            fact, tags = self._keep_fact(out, turn_ref)
         else:
             out = self.predictor(history=history)
         started = time.perf_counter()
@@ -267,6 +279,20 @@ class VoELoop(dspy.Module):
             needed_info=list(out.needed_info),
             retrieved=[{"id": h.fact.id, "text": h.fact.text, "score": h.score} for h in hits],
             next_prediction=answer.next_prediction, local_ms=round(local * 1000, 3))
+
+    def _distil(self, history: str, expected: str, actual: str, turn_ref: str | None
+                ) -> tuple[str | None, list[str]]:
+        return self._keep_fact(self.predictor(history=history, expected=expected,
+                                              actual=actual), turn_ref)
+
+    def _keep_fact(self, out: dspy.Prediction, turn_ref: str | None
+                   ) -> tuple[str | None, list[str]]:
+        """Store the fact a distil call made (when it has text and tags)."""
+        fact, tags = out.fact.strip(), [t for t in out.tags if t.strip()][:5]
+        if fact and tags:
+            self._facts_cache.append(self.facts.add(self.user_id, fact, tags, turn_ref))
+            self._facts_cache = self._facts_cache[-self.settings.max_facts:]
+        return fact, tags
 
 
 def history_text(messages: Sequence[tuple[str, str]], turns: int) -> str:
@@ -288,10 +314,11 @@ def check_message(message: str) -> str:
 
 
 def run_turn(loop: VoELoop, handle: ModelHandle, message: str, *,
-             reply_to_history: bool = True) -> TurnResult:
-    """One turn on ``handle``'s model, with its LLM calls counted into the result."""
+             reply_to_history: bool = True, respond: bool = True) -> TurnResult:
+    """One turn on ``handle``'s model, with its LLM calls counted into the result
+    (``respond`` as in ``VoELoop.forward``)."""
     mark = handle.meter.mark()
     with dspy.context(lm=handle.lm):
-        result = loop(message, reply_to_history=reply_to_history)
+        result = loop(message, reply_to_history=reply_to_history, respond=respond)
     result.llm_calls = handle.meter.since(mark).calls
     return result

@@ -62,6 +62,27 @@ def test_two_calls_per_turn_prediction_cached_and_fact_only_on_mismatch(
     assert facts[0].recorded_at is not None
 
 
+def test_a_closing_turn_checks_and_distils_but_makes_no_prediction_or_reply(
+        store: Store, scripted: Any) -> None:
+    script = Script()
+    handle = scripted(script)
+    run_turn(VoELoop(store, "ana"), handle, "Hello there")
+    matched = run_turn(VoELoop(store, "ana"), handle, "I love hiking in the Alps",
+                       respond=False)
+    assert not matched.violation and matched.llm_calls == 0 and matched.reply == ""
+    assert VoEFacts(store).prediction("ana") is None  # nothing left for the next chat
+
+    run_turn(VoELoop(store, "ana"), handle, "Hello again")
+    surprised = run_turn(VoELoop(store, "ana"), handle, "I baked sourdough", respond=False)
+    assert surprised.violation and surprised.llm_calls == 1
+    assert script.calls[-1] == "predict+distil" and surprised.next_prediction == ""
+    assert [f.text for f in VoEFacts(store).facts("ana")] == [surprised.fact]
+
+    run_turn(VoELoop(store, "bo", use_facts=False), handle, "Hello")
+    baseline = run_turn(VoELoop(store, "bo", use_facts=False), handle, "Boats", respond=False)
+    assert baseline.violation and baseline.llm_calls == 0 and VoEFacts(store).facts("bo") == []
+
+
 def test_retrieved_facts_reach_the_responder(store: Store, scripted: Any) -> None:
     facts = VoEFacts(store)
     facts.add("ana", "Ana is vegetarian", ["diet", "vegetarian"])
