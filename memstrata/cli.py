@@ -394,15 +394,43 @@ class _Parser(argparse.ArgumentParser):
     quotes hold (a newline, a record or line separator; subcommands' parsers are of this
     class too)."""
 
+    _argv: tuple[str, ...] = ()
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, keeping the arguments for :meth:`error`'s suggestions."""
+        self._argv = tuple(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
         """Print the usage and the message on one line, and exit with code 2; a misspelt
-        command or choice gets the nearest valid one suggested."""
+        command, choice or option gets the nearest valid one suggested."""
         message = " ".join(message.split())
         if found := _INVALID_CHOICE.search(message):
             choices = re.findall(r"'([^']*)'", found["choices"])
             if near := difflib.get_close_matches(found["given"], choices, n=1, cutoff=0.6):
                 message += f"; did you mean '{near[0]}'?"
+        elif message.startswith(("unrecognized arguments:",
+                                 "the following arguments are required:")):
+            # A misspelt --user also leaves the real one missing: either message.
+            message += self._near_options()
         super().error(message)
+
+    def _near_options(self) -> str:
+        """``; did you mean '--user' for '--usr'?`` for the first unknown option of the
+        arguments that is near one of the (sub)command's own options; empty when none
+        is."""
+        parser: argparse.ArgumentParser = self
+        for arg in self._argv:  # descend into the subcommands the arguments name
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if subs and arg in subs[0].choices:
+                parser = subs[0].choices[arg]
+        known = [o for a in parser._actions for o in a.option_strings]
+        for arg in self._argv:
+            given = arg.split("=", 1)[0]
+            if (given.startswith("--") and given not in known
+                    and (near := difflib.get_close_matches(given, known, n=1, cutoff=0.6))):
+                return f"; did you mean '{near[0]}' for '{given}'?"
+        return ""
 
 
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")

@@ -131,3 +131,11 @@ def test_a_misspelt_command_or_choice_gets_the_nearest_one(
     assert "did you mean 'done'?" in capsys.readouterr().err
     assert _cli("zzzz") == 2  # nothing near: no guess
     assert "did you mean" not in capsys.readouterr().err
+    # A misspelt option: the subcommand's own option is suggested, whichever error
+    # argparse meets first (the real option missing, or the unknown one left over).
+    assert _cli("search", "x", "--usr", "ana") == 2
+    assert capsys.readouterr().err.rstrip().endswith("did you mean '--user' for '--usr'?")
+    assert _cli("bench", "long", "--mesages", "3") == 2
+    assert "did you mean '--messages' for '--mesages'?" in capsys.readouterr().err
+    assert _cli("search", "x", "--user", "a", "--zzzzzz") == 2
+    assert "did you mean" not in capsys.readouterr().err
