@@ -274,6 +274,7 @@ def test_durability_full_syncs_every_commit(tmp_path: Path) -> None:
 
     with Memory.open(tmp_path / "a.db", embedder=None) as m:
         assert synchronous(m) == 1  # NORMAL
+        assert m.store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 8_000
     with Memory.open(tmp_path / "a.db", embedder=None, durability="full") as m:
         assert synchronous(m) == 2  # FULL
         m.add("kept", user_id="u", infer=False)
