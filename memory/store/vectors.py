@@ -40,7 +40,7 @@ from .passage_vectors import (
     passage_model,
     passage_vectors,
 )
-from .rows import Ref
+from .rows import _TABLE, Ref
 from .shared import DenseMemo, EmbeddingWrites
 
 PASSAGE_NODES = 2_000
@@ -115,7 +115,14 @@ class VectorStore(NodeLookups, EmbeddingWrites):
             kept = self._kept(user_id, model)
             done = 0 if kept.speakers is None else len(kept.speakers)
             if kept.speakers is None or done < len(kept.ids):
-                return kept.add_speakers(self._speakers_of(user_id, kept.ids[done:]))
+                if (len(kept.ids) - done) * 8 < len(kept.ids):
+                    return kept.add_speakers(self._speakers_of(user_id, kept.ids[done:]))
+                # Most of the tenant: one pass over its (user_id, speaker) indexes beats
+                # a lookup by id per node (0.5 s for 40,000 long turns).
+                refs = self.vector_refs(user_id, model)[done:]
+                said = self._speakers_by_ref(user_id)
+                return kept.add_speakers(np.array([None if r is None else said.get(r)
+                                                   for r in refs], dtype=object))
             return kept.speakers
 
     def vector_refs(self, user_id: str, model: str) -> list[Ref | None]:
@@ -169,6 +176,15 @@ class VectorStore(NodeLookups, EmbeddingWrites):
         """
         return matrix_dense_refs(self, user_id, model, query_vec, k, allowed=allowed,
                                  nodes=nodes, speaker=speaker)
+
+    def _speakers_by_ref(self, user_id: str) -> dict[Ref, str | None]:
+        """The speaker of every turn and item of the tenant, by ref (covering index
+        scans)."""
+        out: dict[Ref, str | None] = {}
+        for node, table in _TABLE.items():
+            out.update(((node, rowid), speaker) for rowid, speaker in self.conn.execute(
+                f"SELECT rowid, speaker FROM {table} WHERE user_id = ?", (user_id,)))
+        return out
 
     def _speakers_of(self, user_id: str, ids: list[str]) -> np.ndarray:
         found = {n: r.get("speaker") for n, r in self.nodes(user_id, ids, text=False).items()}

@@ -236,3 +236,26 @@ def test_speaker_rows_follow_adds_and_deletes(pair: tuple[Store, Store, str]) ->
     store.add_turns([Turn(user_id=U, conversation_id="c", session_id="s", turn_id="m",
                           seq=20, speaker="Cleo", text="river trip again")])
     check()
+
+
+def test_speakers_read_by_a_tenant_scan_and_by_id_agree(pair: tuple[Store, Store, str]
+                                                        ) -> None:
+    """A first read (most of the tenant: one scan of its speaker indexes) and the few rows
+    an add brings (looked up by id) give each vector's speaker, as the rows say."""
+    store, other, model = pair
+    store.add_turns([Turn(user_id=U, conversation_id="c", session_id="s", turn_id=f"t{i}",
+                          seq=i, speaker=("Ana", "Ben", "Cleo")[i % 3], text=f"note {i}")
+                     for i in range(20)])
+    _add(store, "a fact Ben stated", speaker="Ben")
+    other.add_turns([Turn(user_id="someone else", conversation_id="c", session_id="s",
+                          turn_id="x", seq=0, speaker="Zed", text="note 0")])
+
+    def said() -> list[str | None]:
+        ids = store.vectors(U, model)[0]
+        return [store.nodes(U, [i])[i]["speaker"] for i in ids]
+
+    assert list(store.vector_speakers(U, model)) == said()  # a scan: all 21 rows
+    store.add_turns([Turn(user_id=U, conversation_id="c", session_id="s", turn_id="t99",
+                          seq=99, speaker="Dora", text="note 99")])
+    spoken = store.vector_speakers(U, model)  # one row looked up by its id
+    assert list(spoken) == said() and spoken[-1] == "Dora"
