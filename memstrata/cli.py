@@ -30,6 +30,7 @@ from memstrata.agent_commands import (
 from memstrata.chat_commands import cmd_chat, cmd_facts
 from memstrata.cli_support import (
     add_embedder_arg,
+    at_least,
     audit_beside,
     audit_path,
     csv_list,
@@ -204,12 +205,6 @@ def _days(raw: str) -> float:
     if days < 0:
         raise argparse.ArgumentTypeError(f"not a number of days >= 0: {raw!r}")
     return days
-
-
-def _count(raw: str) -> int:
-    if not raw.isdigit():
-        raise argparse.ArgumentTypeError(f"not a whole number >= 0: {raw!r}")
-    return int(raw)
 
 
 def cmd_bench_locomo(args: argparse.Namespace) -> int:
@@ -479,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", required=True, help="tenant id (LoCoMo: the sample_id)")
     p.add_argument("--db", default=DEFAULT_DB,
                    help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
-    p.add_argument("-k", type=int, default=10, help="number of hits (default 10)")
+    p.add_argument("-k", type=at_least(1), default=10, help="number of hits (default 10)")
     p.add_argument("--min-score", type=_unit_interval, default=DEFAULT_MIN_SCORE,
                    help="leave out hits scoring under this, from 0 to 1 (default "
                    f"{DEFAULT_MIN_SCORE}: a query nothing answers returns nothing)")
@@ -533,10 +528,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-internals", action="store_true", help="print, per turn, the "
                    "cached prediction, the VoE verdict and score, the stored fact, the "
                    "needed-info keywords and the retrieved facts")
-    p.add_argument("--max-facts", type=int, default=200, help="facts kept per user (200)")
+    p.add_argument("--max-facts", type=at_least(1), default=200, help="facts kept per user (200)")
     p.add_argument("--threshold", type=float, default=60.0,
                    help="fuzzy score below which a prediction is violated (60)")
-    p.add_argument("--top-k", type=int, default=10, help="facts shown to the responder (10)")
+    p.add_argument("--top-k", type=at_least(1), default=10,
+                   help="facts shown to the responder (10)")
     p.add_argument("--program", metavar="FILE", action="append",
                    help="a compiled voe.predictor or voe.responder program file to chat with "
                    "(repeatable: one of each); the banner names each file and its hash")
@@ -550,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--search", help="only facts matching this (fuzzy, text and tags)")
     p.add_argument("--delete", nargs="+", metavar="ID", help="delete these facts")
-    p.add_argument("-n", "--limit", type=int, default=50, help="at most N (default 50)")
+    p.add_argument("-n", "--limit", type=at_least(1), default=50, help="at most N (default 50)")
     p.set_defaults(func=cmd_facts)
 
     p = sub.add_parser("sandbox", help="install or check the offline RLM sandbox",
@@ -569,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", default=DEFAULT_DB,
                    help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
     p.add_argument("--out", default="runs.jsonl", help="export file (default runs.jsonl)")
-    p.add_argument("-n", "--limit", type=int, default=50, help="newest N runs (default 50)")
+    p.add_argument("-n", "--limit", type=at_least(1), default=50, help="newest N runs (default 50)")
     prune = p.add_argument_group(
         "prune", "delete runs matching every rule given; running runs and runs that a "
         "current item cites as evidence are kept")
@@ -577,7 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="runs started before this ISO date or datetime (UTC if no zone)")
     prune.add_argument("--older-than", type=_days, metavar="DAYS",
                        help="runs started more than DAYS days ago")
-    prune.add_argument("--keep", type=_count, metavar="N",
+    prune.add_argument("--keep", type=at_least(0), metavar="N",
                        help="spare this tenant's N newest runs")
     prune.add_argument("--drop-evidence", action="store_true",
                        help="prune runs cited as evidence too (provenance then dangles)")

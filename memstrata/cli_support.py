@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +107,23 @@ def csv_list(raw: str | None, what: str, cast: type = str) -> list[Any] | None:
         raise SystemExit(f"memstrata: {what} must be a comma-separated list, got {raw!r}") from None
 
 
-__all__ = ["add_embedder_arg", "audit_beside", "audit_path", "csv_list", "embedder_from_flag",
-           "one_line", "print_report", "weights_from_json"]
+__all__ = ["add_embedder_arg", "at_least", "audit_beside", "audit_path", "csv_list",
+           "embedder_from_flag", "one_line", "port_number", "print_report", "weights_from_json"]
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum`` (hits, rows, runs kept)."""
+
+    def whole(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return whole
 
 
 def port_number(raw: str) -> int:

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from memstrata.cli_support import at_least
 from memstrata.memory.store.opener import describe, store_missing
 
 
@@ -135,7 +136,7 @@ def add_jobs_parser(sub: Any, default_db: str) -> None:
                    help="list: jobs of this status only (default all); prune: which "
                    "finished jobs, done, failed or all of both (default done; failed ones "
                    "are kept until retried or pruned by name)")
-    p.add_argument("-n", "--limit", type=int, default=100,
+    p.add_argument("-n", "--limit", type=at_least(1), default=100,
                    help="list: newest N jobs (default 100)")
     prune = p.add_argument_group("prune", "delete finished jobs (never pending or running)")
     when = prune.add_mutually_exclusive_group()

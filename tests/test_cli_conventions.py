@@ -139,3 +139,18 @@ def test_a_misspelt_command_or_choice_gets_the_nearest_one(
     assert "did you mean '--messages' for '--mesages'?" in capsys.readouterr().err
     assert _cli("search", "x", "--user", "a", "--zzzzzz") == 2
     assert "did you mean" not in capsys.readouterr().err
+
+
+def test_counts_below_their_least_are_usage_errors(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "m.db")
+    assert _cli("add", "I moved to Lisbon", "--user", "ana", "--db", db) == 0
+    capsys.readouterr()
+    for argv, said in [(("search", "Lisbon", "-k", "-3"), "argument -k: must be at least 1"),
+                       (("search", "Lisbon", "-k", "0"), "must be at least 1, not 0"),
+                       (("jobs", "list", "-n", "x"), "not a whole number: 'x'"),
+                       (("runs", "prune", "--keep", "-1"), "must be at least 0, not -1")]:
+        assert _cli(*argv, "--user", "ana", "--db", db) == 2, argv
+        assert said in capsys.readouterr().err
+    assert _cli("search", "Lisbon", "-k", "1", "--user", "ana", "--db", db) == 0
+    assert "Lisbon" in capsys.readouterr().out
