@@ -254,7 +254,8 @@ class VoELoop(dspy.Module):
         tags: list[str] = []
         if not respond:
             if violation and self.use_facts:
-                fact, tags = self._distil(history, cached or "", text, turn_ref)
+                fact, tags = self._keep_fact(self.predictor(
+                    history=history, expected=cached, actual=text), turn_ref)
             self.facts.set_prediction(self.user_id, "")
             return TurnResult(reply="", cached_prediction=cached, score=score,
                               violation=violation, fact=fact, fact_tags=tags,
@@ -279,11 +280,6 @@ class VoELoop(dspy.Module):
             needed_info=list(out.needed_info),
             retrieved=[{"id": h.fact.id, "text": h.fact.text, "score": h.score} for h in hits],
             next_prediction=answer.next_prediction, local_ms=round(local * 1000, 3))
-
-    def _distil(self, history: str, expected: str, actual: str, turn_ref: str | None
-                ) -> tuple[str | None, list[str]]:
-        return self._keep_fact(self.predictor(history=history, expected=expected,
-                                              actual=actual), turn_ref)
 
     def _keep_fact(self, out: dspy.Prediction, turn_ref: str | None
                    ) -> tuple[str | None, list[str]]:

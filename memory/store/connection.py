@@ -68,11 +68,11 @@ def _schema_faults(path: str) -> Iterator[None]:
 
 WAL_CHECKPOINT_PAGES = 8_000
 """Pages (4 KB) the write-ahead log may hold before a commit copies it into the file.
-SQLite's 1,000 made every ~12th add of 20 long messages pay a 30 ms checkpoint and copy
-the same index pages again each time; at 8,000 a checkpoint is rarer and copies a hot
-page once, and ingest ran 1.2-1.3x faster (``memstrata bench long``'s messages). The cost:
-a checkpoint's commit takes longer (~0.1 s at 32 MB), and the ``-wal`` file may reach
-32 MB (``Memory.close`` and a forget still leave none)."""
+SQLite's 1,000 made every ~12th add of 20 long messages pay a checkpoint that copied the
+same index pages again each time; at 8,000 a checkpoint is rarer and copies a hot page
+once (on a busy machine, where each copy and sync waits, ingest of long messages is up to
+1.3x faster). The cost: a checkpoint's commit takes longer (~0.1 s at 32 MB), and the
+``-wal`` file may reach 32 MB (``Memory.close`` and a forget still leave none)."""
 
 
 def _prepare(conn: sqlite3.Connection, path: str, cache_mb: int) -> None:
