@@ -8,10 +8,10 @@ for the assistant's replies, and each arm's facts carry across a user's sessions
 sessions are replayed in order). Each session starts a fresh chat with no cached
 prediction, so only predictions made inside a session are scored; a session's last asked
 turn is checked and (VoE arm) distilled but not answered, since its prediction would be
-scored by no one. Both similarity
-measures are reported: rapidfuzz ratio / 100 (the one the loop itself uses, and the one
-the pass decision uses) and the embedding cosine. The decision is a chi-squared test on
-the 2x2 table (arm x hit/miss): pass if p < 0.05 and the relative improvement >= 20%.
+scored by no one. Both similarity measures are reported: rapidfuzz ratio / 100 (the one
+the loop itself uses, and the one the pass decision uses) and the embedding cosine. The
+decision is a chi-squared test on the 2x2 table (arm x hit/miss): pass if p < 0.05 and
+the relative improvement >= 20%.
 """
 
 from __future__ import annotations
