@@ -294,7 +294,8 @@ class Retriever:
         words = _content_words(qa)
         known = 1.0
         if words and any(c is not None for c in cosines):
-            held = {t for t, n in self.store.term_docs(user_id, sorted(words)).items() if n}
+            held = {t for t, n in self.store.term_docs(user_id, sorted(words), cap=1).items()
+                    if n}
             knows = getattr(self.embedder, "knows", None)
             unknown = [w for w in words if w not in held
                        and not (knows is not None and knows(w))]

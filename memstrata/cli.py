@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
+from memstrata import __version__
 from memstrata.agent_commands import (
     THREADS_HELP,
     add_model_args,
@@ -440,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Runs offline on the embedded embedding model; nothing is sent anywhere.",
         epilog=EXIT_CODES,
     )
+    parser.add_argument("--version", action="version", version=f"memstrata {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("load", help="load a LoCoMo-format JSON file into a store",

@@ -154,3 +154,16 @@ def test_counts_below_their_least_are_usage_errors(tmp_path: Path,
         assert said in capsys.readouterr().err
     assert _cli("search", "Lisbon", "-k", "1", "--user", "ana", "--db", db) == 0
     assert "Lisbon" in capsys.readouterr().out
+
+
+def test_version_and_python_dash_m(capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+
+    import memstrata
+
+    assert _cli("--version") == 0
+    assert capsys.readouterr().out.strip() == f"memstrata {memstrata.__version__}"
+    # ``python -m memstrata`` is the same command (a venv whose scripts are not on PATH).
+    done = subprocess.run([sys.executable, "-m", "memstrata", "--version"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == f"memstrata {memstrata.__version__}"

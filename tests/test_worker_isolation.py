@@ -148,3 +148,28 @@ def test_catching_up_an_empty_kept_model_reads_only_the_tenants_rows() -> None:
         assert steps[0] < 20
     finally:
         m.close()
+
+
+def test_a_capped_document_count_reads_a_sliver_and_is_kept_until_the_tenant_writes(
+) -> None:
+    m = Memory.open(":memory:", embedder=FakeEmbedder())
+    try:
+        add_each(m, [{"role": "user", "content": f"bees and honey, jar {i}"}
+                     for i in range(5)], user="ana")
+        seen = traced(m)
+        assert m.store.term_docs("ana", ["bee", "wasp"], cap=2) == {"bee": 2, "wasp": 0}
+        assert not [s for s in seen if "_vocab" in s]  # no walk of the whole list
+        assert [s for s in seen if "LIMIT" in s and "_instances" in s]
+        seen.clear()
+        assert m.store.term_docs("ana", ["bee", "wasp"], cap=2) == {"bee": 2, "wasp": 0}
+        assert not [s for s in seen if "_instances" in s or "_vocab" in s]  # kept
+        m.store.term_docs("ana", ["honey"])  # a full count serves a capped one
+        seen.clear()
+        assert m.store.term_docs("ana", ["honey"], cap=3) == {"honey": 3}
+        assert not [s for s in seen if "_instances" in s or "_vocab" in s]
+        m.add("more bees", user_id="ana")  # the tenant's own write: counted again
+        assert m.store.term_docs("ana", ["bee"], cap=10) == {"bee": 6}
+        m.delete_all(user_id="ana")
+        assert m.store.term_docs("ana", ["bee"], cap=10) == {"bee": 0}
+    finally:
+        m.close()

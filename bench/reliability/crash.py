@@ -877,6 +877,8 @@ def downgrade(path: Path, version: int) -> None:
                     [(tenant_token(r[1]), *map(_unprefix, r[2:]), r[0]) for r in rows])
         for table in drops.get(v, []):
             conn.execute(f"DROP TABLE {table}")
+        if v == 14:
+            conn.execute("DROP INDEX turns_facets")
         if v == 9:
             conn.execute("DROP INDEX items_tenant_about")
         if v == 8:

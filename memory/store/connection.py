@@ -142,6 +142,10 @@ class StoreConnection(EmbedderSetting):
     """Most values the in-process cache keeps (least recently used dropped first)."""
     CACHE_BYTES = 512 * 2**20
     """Most bytes of arrays (vectors) the cache keeps, across tenants."""
+    TERM_COUNTS = 50_000
+    """Most document counts of index terms kept (``LexicalSearch.term_docs``; least
+    recently used dropped first): a pasted traceback asks for dozens, which would push
+    every other value out of the general cache."""
     KEPT_ROWS = 20_000
     """Most rows (id and facets) that :meth:`reading` keeps from one search to the next
     (0: each search reads its rows afresh)."""
@@ -162,6 +166,7 @@ class StoreConnection(EmbedderSetting):
         self._kept_rows: tuple[tuple[int, int], dict[tuple[str, Ref], tuple[str, Facets]]] = (
             (-1, -1), {})
         self._cache = VersionedCache(self.CACHE_ENTRIES, self.CACHE_BYTES)
+        self._term_counts = VersionedCache(self.TERM_COUNTS, self.CACHE_BYTES)
         # Row lengths for bm25 from the posting lists (postings.py); ``_touched`` holds the
         # rowids this connection re-wrote or deleted since the last sync.
         self._lengths = {"turn": RowLengths("turns_fts", 3, "turns"),
@@ -340,6 +345,7 @@ class StoreConnection(EmbedderSetting):
     def forget_cached(self, user_id: str) -> None:
         """Drop every cached value of one tenant (other tenants' stay)."""
         self._cache.forget(user_id)
+        self._term_counts.forget(user_id)
         self._kept_rows = ((-1, -1), {})
         self._tag_sets.pop(user_id, None)
         for key in [k for k in self._kept_vectors if k[0] == user_id]:

@@ -264,21 +264,27 @@ class LexicalSearch(NodeLookups):
         rare = [t for t in dict.fromkeys(tokens) if t in kept]
         return rare, [t for t in dict.fromkeys(tokens) if t not in kept]
 
-    def term_docs(self, user_id: str, tokens: Sequence[str]) -> dict[str, int]:
+    def term_docs(self, user_id: str, tokens: Sequence[str], *, cap: int | None = None
+                  ) -> dict[str, int]:
         """How many of the tenant's turns and items hold each of ``tokens`` (index tokens,
-        ``text.tokens``)."""
-        turns = self._term_docs(list(tokens), "turn", user_id)
-        items = self._term_docs(list(tokens), "item", user_id)
-        return {t: turns.get(t, 0) + items.get(t, 0) for t in tokens}
+        ``text.tokens``); with ``cap``, ``min(count, cap)``: a count that stops at ``cap``
+        rows, which for a common term reads a sliver of its posting list."""
+        turns = self._term_docs(list(tokens), "turn", user_id, cap)
+        items = self._term_docs(list(tokens), "item", user_id, cap)
+        return {t: turns.get(t, 0) + items.get(t, 0) if cap is None
+                else min(turns.get(t, 0) + items.get(t, 0), cap) for t in tokens}
 
-    def _term_docs(self, tokens: list[str], node: str, user_id: str) -> dict[str, int]:
-        """How many of the tenant's rows hold each token (FTS5's own counts, cached).
+    def _term_docs(self, tokens: list[str], node: str, user_id: str,
+                   cap: int | None = None) -> dict[str, int]:
+        """How many of the tenant's rows hold each token (FTS5's own counts, cached), or
+        ``min(count, cap)``.
 
         Outside a write transaction the counts are kept while the tenant's own rows in
         the index stay as they are (``RowLengths.generation``), so another tenant's
         writes leave them: each count is a read of the term's whole posting list, and
         re-reading a big tenant's after every write elsewhere cost a search ~40 ms."""
         vocab = "turns_vocab" if node == "turn" else "items_vocab"
+        instances = INDEXES[node].instances
         tenant = tenant_token(user_id)
         df = {}
         with self._lock:  # the version and the counts read under it are of one moment
@@ -300,13 +306,27 @@ class LexicalSearch(NodeLookups):
                     return int((self.conn.execute(f"SELECT doc FROM {vocab} WHERE term = ?",
                                                   (t,)).fetchone() or (0,))[0])
 
+                def capped(t: str = term, most: int = cap or 0) -> int:
+                    # The instances come in row order: DISTINCT stops at ``most`` rows.
+                    return int(self.conn.execute(
+                        f"SELECT count(*) FROM (SELECT DISTINCT doc FROM {instances}"
+                        " WHERE term = ? LIMIT ?)", (t, most)).fetchone()[0])
+
                 if kept is None:
-                    df[token] = self._cached(("df", vocab, term), count)
+                    df[token] = (self._cached(("df", vocab, term), count) if cap is None
+                                 else min(self._cached(("df", vocab, term), count), cap))
                     continue
-                # A key of its own: these versions are not data versions.
-                value = self._cache.get(("tenant_df", vocab, term), kept)
-                if value is MISS:
+                # A cache of its own, its versions the tenant's (not data versions); a
+                # full count serves a capped one.
+                counts = self._term_counts
+                value = counts.get(("df", user_id, vocab, term, None), kept)
+                if value is MISS and cap is not None:
+                    value = counts.get(("df", user_id, vocab, term, cap), kept)
+                    if value is MISS:
+                        value = capped()
+                        counts.put(("df", user_id, vocab, term, cap), kept, value)
+                elif value is MISS:
                     value = count()
-                    self._cache.put(("tenant_df", vocab, term), kept, value)
-                df[token] = value
+                    counts.put(("df", user_id, vocab, term, None), kept, value)
+                df[token] = value if cap is None else min(value, cap)
         return df

@@ -61,13 +61,15 @@ class NodeLookups(StoreConnection, RefLookups):
                 todo[ref[0]].append(ref[1])
         for node, rowids in todo.items():
             session = "session_id" if node == "turn" else "NULL"
+            # A turn's facets from the narrow index beside its rowid, not its long row.
+            source = "turns INDEXED BY turns_facets" if node == "turn" else _TABLE[node]
             for i in range(0, len(rowids), 500):
                 chunk = rowids[i : i + 500]
                 # "+user_id": stay on the rowid (see nodes()); the tenant is checked here
                 # although most rowids come from the tenant's own index terms.
                 for rowid, node_id, *fields in self.conn.execute(
                     f"SELECT rowid, id, speaker, event_time, conversation_id, {session}"
-                    f" FROM {_TABLE[node]} WHERE rowid IN ({','.join('?' * len(chunk))})"
+                    f" FROM {source} WHERE rowid IN ({','.join('?' * len(chunk))})"
                     " AND +user_id = ?", [*chunk, user_id]
                 ):
                     out[(node, rowid)] = seen[(user_id, (node, rowid))] = (

@@ -141,8 +141,9 @@ def _alter(path, old: bytes, new: bytes) -> None:
 
 
 @pytest.mark.parametrize(("old", "new", "says"), [
-    # A column's name: every SELECT * named it otherwise ("no such column" at best).
-    (b"session_id TEXT NOT NULL,\n            turn_id", b"seI", "turns: session_id"),
+    # A column's name: every SELECT * named it otherwise ("no such column" at best). (An
+    # indexed column's, SQLite itself refuses: the index names a column that is gone.)
+    (b"turn_id TEXT NOT NULL,\n            seq", b"tuX", "turns: turn_id"),
     # A declared rowid's type: an ordinary column then, which may hold NULL.
     (b"rowid INTEGER PRIMARY KEY,\n            id TEXT NOT NULL UNIQUE,\n"
      b"            user_id TEXT NOT NULL,\n            agent_id", b"rowid INTEGEB", "rowid"),

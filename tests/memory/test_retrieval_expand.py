@@ -161,3 +161,21 @@ def test_facets_are_the_fields_the_priors_read(store: Store) -> None:
     with store.reading():  # read once, then answered from the search's memo, per tenant
         assert store.facets(U, [refs[turn_id]]) == store.facets(U, [refs[turn_id]])
         assert store.facets("other", [refs[turn_id]]) == {}
+
+
+def test_turn_facets_are_read_from_the_narrow_index_and_follow_updates(store: Store) -> None:
+    # A long message fills a table page of its own: the facets a search reads of each
+    # candidate come from the index led by the rowid, which SQLite keeps in step.
+    turn_id = _turns(store, [("s1", "Ann", "word " * 2000)])[0]
+    ref = store.refs(U, [turn_id])[turn_id]
+    plans: list[str] = []
+    store.conn.raw.set_trace_callback(plans.append)
+    assert store.facets(U, [ref])[ref].speaker == "Ann"
+    store.conn.raw.set_trace_callback(None)
+    [sql] = [s for s in plans if "speaker, event_time" in s]
+    plan = " ".join(str(r) for r in store.conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+    assert "COVERING INDEX turns_facets" in plan
+    store.conn.execute("UPDATE turns SET speaker = 'Bo', event_time = '2024-01-01T00:00:00"
+                       "+00:00' WHERE id = ?", (turn_id,))
+    store.forget_cached(U)
+    assert store.facets(U, [ref])[ref][:2] == ("Bo", "2024-01-01T00:00:00+00:00")

@@ -251,12 +251,15 @@ class PgLexical(PgConnection):
         rare = [t for t in dict.fromkeys(tokens) if t in kept]
         return rare, [t for t in dict.fromkeys(tokens) if t not in kept]
 
-    def term_docs(self, user_id: str, tokens: Sequence[str]) -> dict[str, int]:
+    def term_docs(self, user_id: str, tokens: Sequence[str], *, cap: int | None = None
+                  ) -> dict[str, int]:
         """How many of the tenant's turns and items hold each of ``tokens`` (index tokens,
-        ``text.tokens``)."""
+        ``text.tokens``); with ``cap``, ``min(count, cap)`` (the counts are kept per term
+        here, so a cap saves nothing)."""
         turns = self._term_docs(user_id, list(tokens), "turn")
         items = self._term_docs(user_id, list(tokens), "item")
-        return {t: turns.get(t, 0) + items.get(t, 0) for t in tokens}
+        return {t: turns.get(t, 0) + items.get(t, 0) if cap is None
+                else min(turns.get(t, 0) + items.get(t, 0), cap) for t in tokens}
 
     def _term_docs(self, user_id: str, tokens: list[str], node: str) -> dict[str, int]:
         """How many of the tenant's rows hold each token, in any column."""

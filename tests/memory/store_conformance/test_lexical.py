@@ -333,3 +333,15 @@ def test_a_search_inside_a_write_transaction_sees_its_rows(backend: Any) -> None
     assert _search(backend, "cat", "turn", k=20) == inside
     assert before != inside
 
+
+
+def test_capped_document_counts_stop_at_the_cap(backend: Any) -> None:
+    # "cat" is in several rows of a tenant, "pottery" in fewer, "zebra" in none.
+    _write(backend, user="u1")
+    tokens = textmod.tokens("cat pottery zebra")
+    exact = backend.term_docs("u1", tokens)
+    assert exact[tokens[0]] > 1 and exact[tokens[2]] == 0
+    for cap in (1, 2, 1000):
+        assert backend.term_docs("u1", tokens, cap=cap) == {
+            t: min(n, cap) for t, n in exact.items()}
+    assert backend.term_docs("u1", tokens) == exact  # a capped count serves no full one
