@@ -264,24 +264,30 @@ def with_passages(store: Any, user_id: str, model: str, query_vec: np.ndarray, k
             near = eligible[near]
     index = PassageIndex.of(store, (user_id, model), ids, pids)
     near = np.sort(near)  # passages copied out in the matrix's order: fewer pages touched
-    counts = index.count[near]
-    near, counts = near[counts > 0], counts[counts > 0]
+    near = near[index.count[near] > 0]
     if not len(near):
         return ranked
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    rows = np.repeat(index.start[near] - offsets, counts) + np.arange(int(counts.sum()))
-    if 2 * len(rows) >= len(passages):
-        # Most passages are wanted (a small tenant: all of them): one pass, kept for the
-        # next channel of this query, beats copying them out.
-        memo = getattr(store, "_passage_memo", None)
-        if memo is None:
-            memo = store._passage_memo = DenseMemo()
-        found = memo.cosines(passages, query_vec)[rows]
-    else:
-        with one_blas_thread():
-            found = passages[rows] @ query_vec
-    # Each node's best passage (a NaN one, from a vector's bytes altered on disk, left out).
-    best_passage = np.fmax.reduceat(found, offsets)
+    # Nodes this query's other channel scored already are not scored again.
+    scored = store._dense_memo.best_passages(passages, query_vec, len(matrix))
+    todo = near[np.isnan(scored[near])]
+    if len(todo):
+        counts = index.count[todo]
+        offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        rows = np.repeat(index.start[todo] - offsets, counts) + np.arange(int(counts.sum()))
+        if 2 * len(rows) >= len(passages):
+            # Most passages are wanted (a small tenant: all of them): one pass, kept for
+            # the next channel of this query, beats copying them out.
+            memo = getattr(store, "_passage_memo", None)
+            if memo is None:
+                memo = store._passage_memo = DenseMemo()
+            found = memo.cosines(passages, query_vec)[rows]
+        else:
+            with one_blas_thread():
+                found = passages[rows] @ query_vec
+        # Each node's best passage (a NaN one, from a vector's bytes altered on disk, is
+        # left out; a node of NaN passages only stays NaN, scored again next time).
+        scored[todo] = np.fmax.reduceat(found, offsets)
+    best_passage = scored[near]
     best_of = dict(zip(near.tolist(), best_passage.tolist(), strict=True))
     best = dict(ranked)
     for row in top_rows(refs, best_passage, k, None, nodes, near):

@@ -213,3 +213,28 @@ def test_the_passage_index_follows_added_rows_as_a_fresh_one(
     assert kept.count.tolist() == fresh.count.tolist()
     assert sum(c > 0 for c in kept.count.tolist()) == 5
     store.close()
+
+
+def test_a_speaker_channel_reuses_the_passages_its_query_scored_already(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstrata.memory.store import vectors
+
+    embedder = FakeEmbedder()
+    store = _long_tenant(tmp_path / "m.db", embedder)  # every turn the user's
+    query = embedder.encode([f"{MIDDLE} word3"])[0]
+    gathered = []
+    real = vectors.one_blas_thread  # entered only where passages are copied out
+    monkeypatch.setattr(vectors, "one_blas_thread", lambda: gathered.append(1) or real())
+    monkeypatch.setattr(vectors, "PASSAGE_NODES", 1)  # k nodes: copied out, not one pass
+    store._dense_memo = vectors.DenseMemo()
+    plain = store.dense_refs("dev", embedder.name, query, 3)
+    assert len(gathered) == 1
+    spoken = store.dense_refs("dev", embedder.name, query, 3, speaker="user")
+    assert len(gathered) == 1 and spoken == plain  # the same nodes: nothing scored again
+    store._dense_memo = vectors.DenseMemo()  # as a search of its own would score them
+    assert store.dense_refs("dev", embedder.name, query, 3, speaker="user") == spoken
+    assert len(gathered) == 2
+    other = embedder.encode([f"{MIDDLE} word5"])[0]  # another query scores afresh
+    store.dense_refs("dev", embedder.name, other, 3)
+    assert len(gathered) == 3
+    store.close()
