@@ -91,23 +91,26 @@ class DenseMemo:
     def __init__(self) -> None:
         self._pass: tuple[np.ndarray, bytes, np.ndarray] | None = None
         self._speakers: tuple[np.ndarray, dict[str, np.ndarray]] | None = None
-        self._best: tuple[np.ndarray, bytes, np.ndarray] | None = None
+        self._best: tuple[np.ndarray, np.ndarray, bytes, np.ndarray] | None = None
 
-    def best_passages(self, passages: np.ndarray, query_vec: np.ndarray, rows: int
-                      ) -> np.ndarray:
-        """Each of ``rows`` nodes' best passage cosine for ``query_vec`` over the passage
+    def best_passages(self, matrix: np.ndarray, passages: np.ndarray,
+                      query_vec: np.ndarray) -> np.ndarray:
+        """Each ``matrix`` row's best passage cosine for ``query_vec`` over the passage
         matrix ``passages``, as far as a search has scored them: NaN where not yet.
 
-        The one array of the last (matrix, query) pair, filled in place by its scorer
+        The one array of the last (matrices, query) triple, filled in place by its scorer
         (``vectors.with_passages``): a search's speaker channel then scores only the
-        nodes its dense channel did not. Two threads with one query write the same
-        values; another query swaps in a new array."""
+        nodes its dense channel did not. Both matrices are matched by identity (a row
+        added or deleted in either gives new arrays, so rows never map stale). Two
+        threads with one query write the same values; another query swaps in a new
+        array."""
         held = self._best
-        if (held is None or held[0] is not passages or len(held[2]) != rows
-                or held[1] != query_vec.tobytes()):
-            held = (passages, query_vec.tobytes(), np.full(rows, np.nan, np.float32))
+        if (held is None or held[0] is not matrix or held[1] is not passages
+                or held[2] != query_vec.tobytes()):
+            held = (matrix, passages, query_vec.tobytes(),
+                    np.full(len(matrix), np.nan, np.float32))
             self._best = held
-        return held[2]
+        return held[3]
 
     def held(self, matrix: np.ndarray, query_vec: np.ndarray) -> np.ndarray | None:
         """The cosines of ``query_vec`` over ``matrix`` if this memo holds them."""

@@ -268,7 +268,7 @@ def with_passages(store: Any, user_id: str, model: str, query_vec: np.ndarray, k
     if not len(near):
         return ranked
     # Nodes this query's other channel scored already are not scored again.
-    scored = store._dense_memo.best_passages(passages, query_vec, len(matrix))
+    scored = store._dense_memo.best_passages(matrix, passages, query_vec)
     todo = near[np.isnan(scored[near])]
     if len(todo):
         counts = index.count[todo]

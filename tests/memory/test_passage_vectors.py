@@ -238,3 +238,24 @@ def test_a_speaker_channel_reuses_the_passages_its_query_scored_already(
     store.dense_refs("dev", embedder.name, other, 3)
     assert len(gathered) == 3
     store.close()
+
+
+def test_kept_best_passages_are_dropped_when_the_tenants_rows_change(tmp_path: Path) -> None:
+    # The same query after a message is added: its rows map to a new matrix, so the
+    # passages kept for the old one are not read by row number.
+    from memstrata.memory.store import vectors
+
+    embedder = FakeEmbedder()
+    store = _long_tenant(tmp_path / "m.db", embedder, longs=3)
+    query = embedder.encode([f"{MIDDLE} word1"])[0]
+    store._dense_memo = vectors.DenseMemo()
+    store.dense_refs("dev", embedder.name, query, 3)
+    before = store._dense_memo._best
+    store.add_turns([Turn(user_id="dev", conversation_id="c", session_id="s", turn_id="new",
+                          seq=99, speaker="user", text="A short word1 note.")])
+    after = store.dense_refs("dev", embedder.name, query, 3)
+    assert store._dense_memo._best is not before
+    fresh = vectors.DenseMemo()
+    store._dense_memo = fresh
+    assert store.dense_refs("dev", embedder.name, query, 3) == after
+    store.close()
