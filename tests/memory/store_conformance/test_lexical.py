@@ -241,10 +241,13 @@ def test_another_tenant_does_not_change_scores(backend: Any) -> None:
     backend.add_turns([Turn(user_id="u2", conversation_id="c9", session_id="s",
                             turn_id=str(i), seq=i, speaker="Cy", text="cat " * (i + 1))
                        for i in range(30)])
+    # PostgreSQL may sum a row's terms in another order once other rows change its plan
+    # (seen once in CI: 1.217898706564552 against 1.2178987065645517): the same ranking,
+    # the same scores to 1e-9.
     for (query, node, filters), found in before.items():
-        assert _search(backend, query, node, "u1", context_weight=0.4, filters=filters) == found
+        _same(_search(backend, query, node, "u1", context_weight=0.4, filters=filters), found)
     backend.forget_user("u2")
-    for (query, node, filters), found in before.items():  # PostgreSQL may sum in another order
+    for (query, node, filters), found in before.items():
         _same(_search(backend, query, node, "u1", context_weight=0.4, filters=filters), found)
 
 
