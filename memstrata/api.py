@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from memstrata.programs.lm import ModelHandle
     from memstrata.programs.routed_answer import RouteChoice, RoutedAnswer
     from memstrata.programs.voe import VoESettings
+    from memstrata.tools import ToolSession
 
 DEFAULT_CONVERSATION = "default"
 SESSION_GAP = timedelta(hours=2)
@@ -1137,16 +1138,23 @@ class Memory:
             lock=self._lock)
         return result
 
+    def tool_session(self, user_id: str, *, agent_id: str | None = None) -> ToolSession:
+        """The tool session :meth:`tools` binds for one tenant: its ``log`` holds every
+        call (ids read, characters returned), ``bind(fn)`` adds a tool of one's own that
+        is logged the same way, and ``handle_tools()`` are the tools :meth:`tools`
+        returns, without the lock (for a single-threaded agent runner)."""
+        from memstrata.tools import ToolSession
+
+        _check_id("user_id", user_id)
+        return ToolSession(self.store, user_id, agent_id=agent_id, retriever=self.retriever)
+
     def tools(self, user_id: str, *, agent_id: str | None = None) -> list[Callable[..., Any]]:
         """The handle tools bound to one tenant (``mem_search``, ``mem_get``, ``ctx_*``,
         ...), each call serialised with this memory's other calls: ready for
         ``dspy.ReAct(signature, tools=...)`` or ``dspy.RLM``."""
         import functools
 
-        from memstrata.tools import ToolSession
-
-        _check_id("user_id", user_id)
-        session = ToolSession(self.store, user_id, agent_id=agent_id, retriever=self.retriever)
+        session = self.tool_session(user_id, agent_id=agent_id)
 
         def locked(fn: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(fn)

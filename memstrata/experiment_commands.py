@@ -137,8 +137,9 @@ def add_experiment_parser(sub: argparse._SubParsersAction) -> None:
                        "(`memstrata compile sparql`; compiled for this config's executor "
                        "settings and mode), named with its SHA-256 in every record")
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config field, e.g. executor.max_iters=2 or "
-                       "extraction.method=trace (JSON values; repeatable)")
+                       help="override a config field, e.g. executor.max_iters=2, "
+                       "extraction.method=trace, or door=memory (the layers through "
+                       "Memory.read/context/tools); JSON values; repeatable")
         p.add_argument("--resume", action="store_true",
                        help="continue an interrupted run in --out (same config)")
         add_model_args(p)

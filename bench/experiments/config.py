@@ -1,7 +1,8 @@
 """Experiment configs: E1-E12 of seed 002, each a JSON file under ``configs/``.
 
 A config is the whole control surface of a run: which layers are packed and their
-budgets, the runtime mode (inject or tools), the executor and its limits, whether the
+budgets, the runtime mode (inject or tools) and the door the memory comes through (the
+layer cake's builder, or ``Memory``'s verbs), the executor and its limits, whether the
 strategy bank starts from the curated seed pack, and the closed-loop policies (judging,
 extraction, consolidation, forgetting, rollouts). ``memstrata experiment E9`` loads
 ``configs/E9.json``; ``--config FILE`` runs any file of the same shape, and
@@ -66,6 +67,10 @@ class ExperimentConfig(BaseModel):
     layers: list[Literal["L0", "L1", "L2", "L3"]] = Field(default_factory=list)
     budgets: LayerBudgets = Field(default_factory=LayerBudgets)
     mode: Mode = "inject"
+    door: Literal["layers", "memory"] = Field(
+        "layers", description="layers: the layer cake's ContextBuilder packs L0-L3; memory: "
+        "the layers are read into a Memory and shown by Memory.context (inject) or reached "
+        "with Memory's tools (tools), see bench/experiments/door.py")
     executor: ExecutorSettings = Field(default_factory=lambda: ExecutorSettings(
         executor="react", max_iters=3, interpreter="sandbox"))
     retrieval: RetrievalPolicy = Field(default_factory=RetrievalPolicy)

@@ -6,7 +6,8 @@ judge when the config learns or has several rollouts, keep the best rollout by t
 judge, grade it against gold (reported only), and, when learning, extract candidates and
 write them back through the closed loop (``trajectories.loop.learn``). With
 ``retrieval.dense`` on, L2 ranks strategies lexical + dense, and every strategy seeded
-or learned is embedded as it is written. Each task's result is appended to
+or learned is embedded as it is written. With ``door: memory`` the context and the tools
+come from ``Memory``'s verbs instead (``door.py``). Each task's result is appended to
 ``results.jsonl`` as soon as it is known, so an interrupted run loses at most the task
 in flight and ``resume=True`` picks up after the last one.
 
@@ -37,6 +38,7 @@ from typing import Any
 from pydantic import ValidationError
 from tqdm import tqdm
 
+from memstrata.api import Memory
 from memstrata.memory.bank import active_strategies, embed_strategies
 from memstrata.memory.embed import Embedder, default_embedder
 from memstrata.memory.models import StrategyItem
@@ -55,6 +57,7 @@ from memstrata.trajectories import Recorder, code_version, export_jsonl, git_com
 from memstrata.trajectories.loop import learn
 
 from .config import ExperimentConfig
+from .door import door_context, read_layers
 from .health import memory_health
 from .records import BankAction, RunSummary, TaskResult, read_results
 from .report import summarise, write_summary
@@ -185,6 +188,7 @@ class Runner:
         self.factory = factory
         self.embedder = (embedder or default_embedder()) if config.retrieval.dense else None
         self.agent: Executor | None = None
+        self.memory: Memory | None = None  # the door, when the config takes Memory's
         self.program: ProgramRef | None = None
         if program is not None:
             self.agent, self.program = suite.compiled_agent(program, config.executor,
@@ -205,12 +209,17 @@ class Runner:
             user = suite.user_id
             builder, sources, seeded = prepare_memory(store, suite, cfg, self.embedder,
                                                       seed=not done)
+            read: dict[str, str] = {}
+            if cfg.door == "memory":
+                self.memory = Memory(store)
+                if not done:
+                    read = read_layers(self.memory, suite, cfg, sources)
             tasks = ordered(suite.tasks(), cfg.order_seed, limit)
             meta: dict[str, Any] = {
                 "commit": git_commit(), "code_version": code_version(),
                 "model": self.handle.name, "suite": suite.name, "scope": suite.scope,
                 "user_id": user, "db": str((self.out / "memory.db").resolve()),
-                "seeded": seeded, "order": [t.id for t in tasks],
+                "seeded": seeded, "read": read, "order": [t.id for t in tasks],
                 "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "db_before": store.state_pointer(user), "resumed_after": len(done),
                 "program": self.program.model_dump() if self.program is not None else None}
@@ -246,11 +255,13 @@ class Runner:
               index: int, task: SuiteTask) -> TaskResult:
         cfg, suite, handle = self.config, self.suite, self.handle
         started, mark = time.perf_counter(), handle.meter.mark()
-        ctx = task_context(builder, suite, cfg, sources, task.question)
+        ctx = task_context(builder, suite, cfg, sources, task.question) \
+            if self.memory is None else door_context(self.memory, suite, cfg, task.question)
         judged = cfg.learn or cfg.rollouts.n > 1
         attempts: list[tuple[ExecutorRun, list[Check], Verdict | None]] = []
         for rollout in range(cfg.rollouts.n):
-            session = ToolSession(store, suite.user_id)
+            session = ToolSession(store, suite.user_id) if self.memory is None \
+                else self.memory.tool_session(suite.user_id)
             with cfg.rollouts.sampling(handle, rollout):
                 run = run_executor(
                     task.question, session, handle, cfg.executor,
@@ -267,7 +278,9 @@ class Runner:
             [v for _, _, v in attempts if v is not None], [len(r.steps) for r, _, _ in attempts])
         run, _, verdict = attempts[selected]
         grade = suite.grade(task, run)
-        injected = ctx.layers["L2"].ids if "L2" in ctx.layers and cfg.mode == "inject" else []
+        shown = "L2" if self.memory is None else "strategies"
+        injected = ctx.layers[shown].ids if shown in ctx.layers and cfg.mode == "inject" \
+            else []
         fetched = [i for r, _, _ in attempts for s in r.steps for c in s.get("tools", [])
                    if c.get("name") == "mem_get" for i in c.get("ids", [])]
         result = TaskResult(

@@ -617,3 +617,90 @@ def test_locomo_suite_on_the_rlm_executor(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "run" / "results.jsonl").read_text())
     assert summary.success_rate == 1.0 and result["tool_calls"] >= 1
     assert result["answer"] == "a guinea pig"
+
+
+def _door_model(three: list[Any], prompts: list[str], *, search_first: bool) -> Any:
+    """A model that (optionally) searches memory, then runs and submits the gold query;
+    every prompt it is sent is kept in ``prompts``."""
+    gold = {t.question: t.gold_sparql for t in three}
+
+    def reply(system: str, user: str, schema: dict[str, Any] | None) -> dict[str, Any]:
+        prompts.append(user)
+        props = (schema or {}).get("properties", {})
+        question = next(q for q in gold if q in user)
+        if "next_tool_name" in props:
+            if search_first and "observation_0" not in user.lower():
+                return {"next_thought": "what does memory say", "next_tool_name": "mem_search",
+                        "next_tool_args": {"query": "brick prefix namespace",
+                                           "kind": "semantic"}}
+            if "observation_1" in user.lower() or (
+                    not search_first and "observation_0" in user.lower()):
+                return {"next_thought": "done", "next_tool_name": "finish",
+                        "next_tool_args": {}}
+            return {"next_thought": "test it", "next_tool_name": "run_sparql",
+                    "next_tool_args": {"query": gold[question]}}
+        if "sparql" in props:
+            return {"reasoning": "tested", "sparql": gold[question]}
+        raise AssertionError(f"unexpected program: {sorted(props)}")
+
+    return wrap_lm(dspy.LM("local/scripted", engine=ScriptedEngine(reply), cache=False),
+                   "local/scripted")
+
+
+def test_memory_door_mode_one_injects_memory_context_within_the_layer_cakes_bound(
+        tmp_path: Path, task_file: Path, three: list[Any]) -> None:
+    from memstrata.bench.experiments.door import token_budget
+    from memstrata.packers.context import max_chars
+
+    config = load_config("E6", ["door=memory"])
+    prompts: list[str] = []
+    out = tmp_path / "e6m"
+    summary = Runner(config, OntologySuite(task_file), _door_model(three, prompts,
+                     search_first=False), out).run(progress=False)
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    meta = json.loads((out / "run.json").read_text())
+    assert summary.success_rate == 1.0 and summary.budget_violations == 0
+    # The card, the constraints and the guide were read as documents, once.
+    assert set(meta["read"]) == {"sense card", "constraints and anti-patterns", "guide:brick"}
+    bound = max_chars({"L0", "L1", "L2", "L3"}, config.budgets, "inject")
+    assert token_budget(config) == bound // 4
+    with Store.open(out / "memory.db") as store:
+        facts = store.kind_items("experiment", "semantic", limit=10_000)
+        strategies = {s.id for s in active_strategies(store, "experiment")}
+    assert len(facts) > 20 and all(f.source == "ontology" for f in facts)
+    for r in results:
+        # Each task's memory is Memory.context's block: read facts and seeded strategies,
+        # every line with its id, inside the layer cake's own character bound.
+        assert 0 < r["context_chars"] <= bound
+        assert {"semantic", "strategies"} <= set(r["layer_chars"])
+        assert r["injected_ids"] and set(r["injected_ids"]) <= strategies
+    shown = [p for p in prompts if "## What was read" in p and "## Strategies from past runs" in p]
+    assert len(shown) == len(prompts)
+    resumed = Runner(config, OntologySuite(task_file), _door_model(three, [], search_first=False),
+                     out).run(progress=False, resume=True)
+    assert resumed.tasks == 3  # a resumed pass does not read the documents again
+    with Store.open(out / "memory.db") as store:
+        assert len(store.kind_items("experiment", "episodic", limit=100)) == 3
+
+
+def test_memory_door_mode_two_reaches_what_was_read_through_memory_tools(
+        tmp_path: Path, task_file: Path, three: list[Any]) -> None:
+    from memstrata.bench.experiments.door import DOOR_HINT
+
+    prompts: list[str] = []
+    out = tmp_path / "e8m"
+    summary = Runner(load_config("E8", ["door=memory"]), OntologySuite(task_file),
+                     _door_model(three, prompts, search_first=True), out).run(progress=False)
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert summary.success_rate == 1.0 and summary.budget_violations == 0
+    assert all(r["context_chars"] == len(DOOR_HINT) and not r["injected_ids"]
+               and r["tool_calls"] == 2 for r in results)
+    assert not any("## What was read" in p for p in prompts)
+    # The search is logged in the run (the session is Memory's) and found what was read.
+    with Store.open(out / "memory.db") as store:
+        steps = [store.runs.steps("experiment", r["run_ids"][0]) for r in results]
+    assert all([s.name for s in run if s.kind == "tool"] == ["mem_search", "run_sparql"]
+               for run in steps)
+    # (The iteration step keeps the observation as the agent saw it: its text.)
+    assert all("PREFIX brick: <https://brickschema.org/schema/Brick#>" in str(run[0].output)
+               and "'kind': 'semantic'" in str(run[0].output) for run in steps)
