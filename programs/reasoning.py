@@ -44,6 +44,11 @@ _NUMBER_PHRASE = re.compile(r"\b(?:[A-Za-z]+\s+)?\d[\d,]*(?:\.\d+)?\b")
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _ASKS_NUMBER = re.compile(r"\b(?:how (?:many|much|far|long)|by how|what (?:is|was|were) the "
                           r"(?:total|difference|sum|average|number|gap)|how big)\b", re.I)
+# A sub-question that asks to combine values ("Calculate the difference between the two
+# figures") reads no value of its own: the calculator does that step.
+_COMBINE = re.compile(r"^\s*(?:(?:please\s+)?(?:calculate|compute|subtract|add(?:\s+up)?|sum"
+                      r"(?:\s+up)?|combine|total)\b|(?:find|determine|work\s+out|what\s+is)"
+                      r"\s+the\s+(?:difference|sum|total|gap)\b)", re.I)
 MAX_FACT_CHARS = 400
 
 
@@ -210,6 +215,12 @@ def _plain(value: float) -> str:
     return f"{value:.6f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
 
 
+def value_questions(subquestions: list[str]) -> list[str]:
+    """The sub-questions that each look up one value: blank ones and those that ask to
+    combine values (``_COMBINE``: "Calculate the difference ...") are left out."""
+    return [q for q in subquestions if q.strip() and not _COMBINE.match(q)]
+
+
 def asks_for_number(question: str) -> bool:
     """Whether the question asks for a quantity ("how many", "by how much", "what is the
     total/difference..."): only then may a computed value replace the answer's number."""
@@ -371,14 +382,17 @@ class AdaptiveReasoner(dspy.Module):
     def _compute(self, mind: CognitiveMemory, trace: ReasoningTrace, operation: str,
                  effort: Effort) -> str | None:
         """Answer each sub-question with one number (a recall and a short call each),
-        then combine them with the calculator (``difference``: the last minus the first,
-        as a gap; ``sum``: all of them): a line for the answer step, or None when the
-        operation is ``none`` or a value is missing."""
-        if not trace.subquestions or operation not in ("difference", "sum") or (
-                operation == "difference" and len(trace.subquestions) < 2):
+        then combine them with the calculator (``difference``: the gap between exactly two
+        values; ``sum``: all of them): a line for the answer step, or None when the
+        operation is ``none``, a value is missing, or a difference is not between two
+        different values (three values have no one gap, and two equal readings of a
+        question that presupposes a gap are one fact read twice)."""
+        subs = value_questions(trace.subquestions)
+        if not subs or operation not in ("difference", "sum") or (
+                operation == "difference" and len(subs) != 2):
             return None
         values: list[float] = []
-        for sub in trace.subquestions:
+        for sub in subs:
             facts = ordered(mind.recall(sub, k=effort.k), effort.chronological)
             said = str(self.read_value(question=sub, facts=render_facts(facts)).value)
             trace.subvalues.append(said)
@@ -386,6 +400,9 @@ class AdaptiveReasoner(dspy.Module):
             if not found:
                 return None
             values.append(found[0])
+        if operation == "difference" and values[0] == values[1]:
+            trace.calculator_error = "difference of two equal readings: not computed"
+            return None
         shown = [_plain(v) for v in values]
         expression = (f"abs({shown[-1]} - {shown[0]})" if operation == "difference"
                       else " + ".join(shown))
@@ -393,8 +410,7 @@ class AdaptiveReasoner(dspy.Module):
         if "error" in result:
             return None
         trace.expression = expression
-        lines = "; ".join(f"{q} {v}" for q, v in zip(trace.subquestions, trace.subvalues,
-                                                       strict=True))
+        lines = "; ".join(f"{q} {v}" for q, v in zip(subs, trace.subvalues, strict=True))
         self._slot(mind, trace, "reasoning_step",
                    f"computed {expression} = {result['value']}", 0.95)
         return f"{lines}; {expression} = {result['value']}"

@@ -123,6 +123,37 @@ def test_a_missing_value_falls_back_to_the_models_expression(
     assert pred.trace.subvalues == ["no idea"] and pred.answer == "4"
 
 
+def test_a_combining_step_is_not_read_as_a_value(scripted: Callable[..., Any],
+                                                mind: CognitiveMemory) -> None:
+    # A small model's decomposition often ends with the arithmetic itself as a "question";
+    # read as a value, its ".1" became an operand (abs(0.1 - 4100000)).
+    script = Script("mathematical_computation", answer="4", expression="",
+                    queries=("Aurora golds day 7", "Aurora golds day 10",
+                             "Calculate the difference between the two"))
+    pred, _ = _run(scripted, mind, script,
+                   "How many more gold medals did Team Aurora have after day 10 than "
+                   "after day 7?")
+    trace = pred.trace
+    assert trace.subvalues == ["5", "9"] and trace.expression == "abs(9 - 5)"
+    assert len(script.seen["Answer with the one number"]) == 2
+
+
+@pytest.mark.parametrize(("queries", "values"), [
+    (("Aurora golds day 7", "Aurora golds day 8", "Aurora golds day 10"), ("5", "7", "9")),
+    (("Aurora golds, first report", "Aurora golds, second report"), ("9", "9"))])
+def test_a_difference_needs_two_different_values(
+        scripted: Callable[..., Any], mind: CognitiveMemory, queries: tuple[str, ...],
+        values: tuple[str, ...]) -> None:
+    # Three values have no one gap, and two equal readings are one fact read twice: the
+    # model's own answer stands rather than a computed 4 (of the first and last) or 0.
+    script = Script("mathematical_computation", answer="4", expression="", queries=queries,
+                    values=values)
+    pred, _ = _run(scripted, mind, script,
+                   "By how much did Team Aurora's gold count grow from day 7 to day 10?")
+    assert pred.answer == "4" and pred.trace.recomputed == 0
+    assert pred.trace.value is None
+
+
 def test_uncovered_anchor_forces_another_round(scripted: Callable[..., Any]) -> None:
     store = Store.open(":memory:", embedder=None)
     mind = CognitiveMemory(store, U)
