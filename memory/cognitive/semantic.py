@@ -4,7 +4,8 @@ On write (``Semantic.learn``) a fact gets a ``SIMILAR_TO`` edge to every current
 the tenant whose token Jaccard exceeds ``settings.similarity_threshold`` (candidates
 come from the lexical index, at most ``CANDIDATES``, then exact Jaccard), a
 ``DERIVES_FROM`` edge to its episode, and a ``CONTRADICTS`` edge (newer -> older) to
-each similar fact about the same concept that disagrees on a value:
+each similar fact about the same concept that disagrees on a value and was not read
+from the same episode (one document's lines are one source's statements):
 
 * both state numbers (``values.numbers``) and each states one the other does not
   ("1,200 users" vs "900 users"; "1,200 users, up from 900" does not contradict
@@ -86,10 +87,18 @@ class Semantic(Lifecycle):
                                       relation=SIMILAR_TO, weight=score,
                                       metadata={"method": "jaccard"}))
                 clash = disagreement(item, old) if score >= threshold else None
-                if clash is not None:
+                if clash is not None and not self._same_document(old.id, episode_id):
                     edges.append(_contradiction(self.user_id, item, new_id, old, *clash))
             self.store.add_edges(edges)
         return new_id
+
+    def _same_document(self, fact_id: str, episode_id: str | None) -> bool:
+        """Whether ``fact_id`` was read from episode ``episode_id`` too: the lines of one
+        document (a card listing "Point (6)" and "Equipment (23)") are one source's
+        statements, not reports that disagree."""
+        return episode_id is not None and any(
+            e.dst == episode_id for e in self.store.edges(self.user_id, src=fact_id,
+                                                          relation=DERIVES_FROM))
 
     def _candidates(self, text: str) -> list[SemanticItem]:
         """The tenant's current facts sharing a token with ``text`` (best ``CANDIDATES``)."""

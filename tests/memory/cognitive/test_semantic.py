@@ -174,6 +174,19 @@ def test_disagreeing_numbers_are_flagged_newer_to_older(store: Store) -> None:
     assert store.get("u1", old).valid_to is None
 
 
+def test_lines_of_one_document_do_not_contradict_each_other(store: Store) -> None:
+    # A card that lists "Point (6)" and "Equipment (23)" is one source's statements; the
+    # same two lines in two reports are two reports that disagree.
+    sem = Semantic(store, "u1")
+    card = store.add(EpisodicItem(user_id="u1", text="Read the sense card"))
+    sem.learn("", "Direct subclasses of brick:Point (6)", episode_id=card)
+    sem.learn("", "Direct subclasses of brick:Point (23)", episode_id=card)
+    assert store.edges("u1", relation=CONTRADICTS) == []
+    other = store.add(EpisodicItem(user_id="u1", text="Read another card"))
+    new = sem.learn("", "Direct subclasses of brick:Point (9)", episode_id=other)
+    assert sorted(e.src for e in store.edges("u1", relation=CONTRADICTS)) == [new, new]
+
+
 def test_a_replaced_name_is_flagged(store: Store) -> None:
     sem = Semantic(store, "u1")
     old = sem.learn("team", "The team captain is Ola Berg.")
