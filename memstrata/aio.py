@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from memstrata.programs.lm import ModelHandle
     from memstrata.programs.routed_answer import RouteChoice, RoutedAnswer
     from memstrata.programs.voe import VoESettings
+    from memstrata.tools import ToolSession
     from memstrata.worker import ExtractionSettings
 
 P = ParamSpec("P")
@@ -233,6 +234,11 @@ class AsyncMemory:
         return await _off_loop(functools.partial(
             self.memory.expect, user_id, conversation_id=conversation_id, settings=settings,
             predictor=predictor))
+
+    def tool_session(self, user_id: str, *, agent_id: str | None = None) -> ToolSession:
+        """:meth:`Memory.tool_session <memstrata.api.Memory.tool_session>`: synchronous,
+        as its tools are (building it touches no store)."""
+        return self.memory.tool_session(user_id, agent_id=agent_id)
 
     def tools(self, user_id: str, *, agent_id: str | None = None) -> list[Callable[..., Any]]:
         """:meth:`Memory.tools <memstrata.api.Memory.tools>`: synchronous, as DSPy's

@@ -12,7 +12,7 @@ import pytest
 from memstrata.aio import AsyncMemory
 from memstrata.api import Memory
 
-SYNC_ONLY = {"open", "close", "tools"}
+SYNC_ONLY = {"open", "close", "tools", "tool_session"}
 """Verbs that are not plain delegations: ``open`` and ``close`` are checked apart, and
 ``tools`` stays synchronous (DSPy calls the tools)."""
 
