@@ -237,7 +237,8 @@ class AsyncMemory:
 
     def tool_session(self, user_id: str, *, agent_id: str | None = None) -> ToolSession:
         """:meth:`Memory.tool_session <memstrata.api.Memory.tool_session>`: synchronous,
-        as its tools are (building it touches no store)."""
+        as its tools are (building it touches no store). Its tools are not serialised
+        with the verbs awaited meanwhile: use :meth:`tools` where those may overlap."""
         return self.memory.tool_session(user_id, agent_id=agent_id)
 
     def tools(self, user_id: str, *, agent_id: str | None = None) -> list[Callable[..., Any]]:

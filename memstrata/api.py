@@ -1142,7 +1142,9 @@ class Memory:
         """The tool session :meth:`tools` binds for one tenant: its ``log`` holds every
         call (ids read, characters returned), ``bind(fn)`` adds a tool of one's own that
         is logged the same way, and ``handle_tools()`` are the tools :meth:`tools`
-        returns, without the lock (for a single-threaded agent runner)."""
+        returns, without the lock: they are not serialised with this memory's other
+        calls, so use them where nothing else calls the memory meanwhile (an agent
+        runner's single thread) and :meth:`tools` everywhere else."""
         from memstrata.tools import ToolSession
 
         _check_id("user_id", user_id)

@@ -14,7 +14,7 @@ from memstrata.api import Memory
 
 SYNC_ONLY = {"open", "close", "tools", "tool_session"}
 """Verbs that are not plain delegations: ``open`` and ``close`` are checked apart, and
-``tools`` stays synchronous (DSPy calls the tools)."""
+``tools`` and ``tool_session`` stay synchronous (DSPy calls the tools)."""
 
 
 def _public(cls: type) -> dict[str, object]:
