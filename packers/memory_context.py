@@ -91,6 +91,7 @@ class LayerUse(BaseModel):
 
     ids: list[str] = Field(default_factory=list, description="packed, in order")
     tokens: int = 0
+    chars: int = Field(0, description="characters of its lines in the block")
     budget: int = 0
     candidates: int = Field(0, description="lines it had to choose from")
     dropped: int = Field(0, description="lines left out for the budget")
@@ -330,7 +331,7 @@ def build_context(store: MemoryStore, user_id: str, query: str, *, budget: int =
         candidates["intentions"] = intention_lines(mind)
     text, packed = pack_layers(candidates, budget, count, shares=s.shares,
                                date_style=date_style)
-    used = {ly: LayerUse(ids=p.ids, tokens=p.tokens, budget=p.budget,
+    used = {ly: LayerUse(ids=p.ids, tokens=p.tokens, chars=len(p.text), budget=p.budget,
                          candidates=len(candidates.get(ly, [])), dropped=p.dropped)
             for ly, p in packed.items()}
     ids = [i for p in packed.values() for i in p.ids]

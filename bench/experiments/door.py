@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from memstrata.packers.context import HINT_MAX, BuiltContext, max_chars
 from memstrata.packers.layers import PackedLayer
-from memstrata.packers.memory_context import HEADERS
 
 from .config import ExperimentConfig
 from .suites import LayerSources, Suite
@@ -76,17 +75,17 @@ def door_context(memory: Memory, suite: Suite, config: ExperimentConfig,
     build: inject mode packs ``Memory.context``; tools mode shows :data:`DOOR_HINT`.
 
     ``layers`` are keyed by ``Memory.context``'s layer names (``strategies`` holds the
-    strategy ids shown); ``bound`` is the most characters the text may have.
+    strategy ids shown; each layer's ``chars`` as the block holds them, its text is
+    only in the whole block's); ``bound`` is the most characters the text may have.
     """
     if config.mode == "tools":
         return BuiltContext(task=question, scope=suite.scope, mode="tools", text=DOOR_HINT,
                             total_chars=len(DOOR_HINT), bound=HINT_MAX)
     budget = token_budget(config)
     ctx = memory.context(question, user_id=suite.user_id, budget=budget, layers=DOOR_LAYERS)
-    layers = {name: PackedLayer(layer=name, text=part, ids=ctx.layers[name].ids,
-                                chars=len(part), budget=ctx.layers[name].budget * CHARS_PER_TOKEN,
-                                dropped=ctx.layers[name].dropped)
-              for name, part in _sections(ctx.text).items() if name in ctx.layers}
+    layers = {name: PackedLayer(layer=name, ids=use.ids, chars=use.chars,
+                                budget=use.budget * CHARS_PER_TOKEN, dropped=use.dropped)
+              for name, use in ctx.layers.items()}
     bound = budget * CHARS_PER_TOKEN
     violations = [f"context: {ctx.tokens} tokens > budget {budget}"] \
         if ctx.tokens > budget else []
@@ -94,14 +93,3 @@ def door_context(memory: Memory, suite: Suite, config: ExperimentConfig,
                         text=ctx.text, total_chars=len(ctx.text), bound=bound,
                         violations=violations)
 
-
-def _sections(text: str) -> dict[str, str]:
-    """The block's text under each layer header (``memory_context``'s assembly: a header
-    line, its lines, a blank line before the next header)."""
-    starts = sorted((text.find(f"{head}\n"), name) for name, head in HEADERS.items()
-                    if text.startswith(f"{head}\n") or f"\n\n{head}\n" in text)
-    out: dict[str, str] = {}
-    for n, (at, name) in enumerate(starts):
-        end = starts[n + 1][0] if n + 1 < len(starts) else len(text)
-        out[name] = text[at + len(HEADERS[name]) + 1:end].rstrip("\n")
-    return out
