@@ -58,7 +58,7 @@ from .locomo import (
 )
 from .qa_personal import answer_personal, path_fingerprint
 from .qa_routed import answer_routed, routed_fingerprint, routed_memory
-from .qa_scores import summarise
+from .qa_scores import against_baseline, summarise
 from .qa_types import Answer, QASettings
 
 SYSTEMS = ("memstrata", "naive_rag", "no_memory", "full_context")
@@ -218,7 +218,7 @@ def _answer(qa: QA, handle: ModelHandle, system: str, key: str, q: Question,
                   abstained=abstained, error=error, calls=usage.calls,
                   input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                   seconds=round(time.perf_counter() - started, 3),
-                  context_tokens=context_tokens)
+                  context_tokens=context_tokens, packed=built.packed)
 
 
 def _judge(judge: AnswerJudge, handle: ModelHandle, q: Question, answer: str,
@@ -387,6 +387,10 @@ def run_locomo_bench(
                     record = _answer(qa, handle, system, key, q, builders[system], store,
                                      settings)
                 cache.put(record)
+            elif system == "naive_rag" and not record.packed:
+                # A record cached before answers kept what they were shown: naive RAG's
+                # packing is LLM-free and deterministic, so it is rebuilt, not re-asked.
+                record.packed = builders[system](q).packed
             if judge is not None and record.judge is None:
                 verdicts = {"original": _judge(answer_judge, judge, q, record.answer, False),
                             "corrected": _judge(answer_judge, judge, q, record.answer, True)}
@@ -423,4 +427,5 @@ def run_locomo_bench(
             "qa": sum(r.kept.get("qa", 0) for r in extracted),
             "seconds": round(sum(r.seconds for r in extracted), 1)},
         "systems": {s: summarise(rows, judged=judge is not None) for s, rows in results.items()},
+        "against_naive_rag": against_baseline(results, "naive_rag"),
     }

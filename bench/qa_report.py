@@ -39,6 +39,43 @@ COST_HEADER = ["system", "questions", "abstain cat5", "prompt tok/q", "memory to
                "failures", "p50 s", "p95 s"]
 
 
+CELLS = ("neither", "system only", "baseline only", "both")
+
+
+def _ci(ci: list[float] | None, fmt: str = "+.3f") -> str:
+    return "" if ci is None else f" [{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
+
+
+def _evidence_tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    # (title, header, rows) of the evidence figures; empty for a run without them.
+    tables = []
+    shown = [[name, str(e["questions"]), *(_fmt(e["all_shown"].get(c)) for c in COLUMNS[:-1]),
+              _fmt(e["f1_when_shown"]), _fmt(e["f1_when_not"])]
+             for name, r in doc["systems"].items() if (e := r.get("evidence"))]
+    if shown:
+        tables.append(("Every evidence turn shown to the model (share of questions), and F1",
+                       ["system", "questions", *(f"shown {c}" for c in COLUMNS[:-1]),
+                        "F1 shown", "F1 not"], shown))
+    against = doc.get("against_naive_rag") or {}
+    if against:
+        tables.append(("Against naive RAG on the same questions (F1, paired 95% intervals)",
+                       ["system", "questions", "F1 difference", "F1 ratio"],
+                       [[name, str(c["questions"]),
+                         f"{c['f1_difference']:+.3f}{_ci(c['difference_ci'])}",
+                         ("-" if c["f1_ratio"] is None else f"{c['f1_ratio']:.2f}")
+                         + _ci(c["ratio_ci"], ".2f")]
+                        for name, c in against.items()]))
+        tables.append(("By which of the two showed every evidence turn: F1 of the system / "
+                       "naive RAG",
+                       ["system", *CELLS],
+                       [[name, *(f"{cell['questions']}: {_fmt(cell['f1'])} / "
+                                 f"{_fmt(cell['baseline_f1'])}"
+                                 if (cell := c["evidence_shown"].get(k)) else "-"
+                                 for k in CELLS)]
+                        for name, c in against.items()]))
+    return tables
+
+
 def _header(metric: str, judge: bool = False) -> list[str]:
     cols = COLUMNS[:-1] if judge else COLUMNS
     return [metric, *cols]
@@ -80,6 +117,8 @@ def locomo_table(doc: dict[str, Any]) -> str:
     if doc["judge_model"]:
         lines += [*_text_table(_header("judge", True), _rows(doc, "judge")), ""]
     lines += [*_text_table(COST_HEADER, _cost_rows(doc)), ""]
+    for title, header, rows in _evidence_tables(doc):
+        lines += [title, *_text_table(header, rows), ""]
     return "\n".join(lines + _notes(doc))
 
 
@@ -99,7 +138,10 @@ def locomo_markdown(doc: dict[str, Any]) -> str:
             rows = _rows(doc, metric, corrected)
             if rows:
                 out += _md_table(_header(metric, metric == "judge"), rows)
-    out += ["## Cost", "", *_md_table(COST_HEADER, _cost_rows(doc)), "## Notes", ""]
+    out += ["## Cost", "", *_md_table(COST_HEADER, _cost_rows(doc))]
+    for title, header, rows in _evidence_tables(doc):
+        out += [f"## {title}", "", *_md_table(header, rows)]
+    out += ["## Notes", ""]
     out += [f"- {n}" for n in _notes(doc)]
     out += ["", f"Settings: `{json.dumps(doc['settings'])}`", ""]
     return "\n".join(out)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from memstrata.programs.answer_scores import score_answer
 
+from .intervals import paired_difference, paired_ratio
 from .metrics import percentiles
 
 if TYPE_CHECKING:
@@ -35,6 +36,77 @@ def _by_category(values: list[tuple[int, float]], with_five: bool = True) -> dic
             cats["overall"].append(value)
     cols = COLUMNS if with_five else COLUMNS[:-1]
     return {c: _mean(cats.get(c, [])) for c in cols}
+
+
+def shown(answer: Answer) -> list[str]:
+    """The turn ids an answer's model was shown: the record's own, or its provenance's
+    packed block for records cached before answers kept them."""
+    if answer.packed:
+        return answer.packed
+    prov = answer.provenance
+    return list(prov.packed) if prov is not None and prov.answered_by == "model" else []
+
+
+def _reached(q: Question, answer: Answer) -> bool:
+    return bool(q.evidence) and set(q.evidence) <= set(shown(answer))
+
+
+def _f1(q: Question, answer: Answer) -> float:
+    return score_answer(answer.answer, q.answer, q.category)["f1"]
+
+
+def _evidence(rows: list[tuple[Question, Answer]]) -> dict[str, Any] | None:
+    # Scored questions with labelled evidence; None for a system that packs no turns.
+    scored = [(q, a) for q, a in rows if q.category in SCORED and q.answer and q.evidence]
+    if not any(shown(a) for _, a in scored):
+        return None
+    hit = [(q, a) for q, a in scored if _reached(q, a)]
+    miss = [(q, a) for q, a in scored if not _reached(q, a)]
+    return {
+        "questions": len(scored),
+        "all_shown": _by_category([(q.category, float(_reached(q, a))) for q, a in scored],
+                                  with_five=False),
+        "f1_when_shown": _mean([_f1(q, a) for q, a in hit]),
+        "f1_when_not": _mean([_f1(q, a) for q, a in miss]),
+    }
+
+
+def against_baseline(results: dict[str, list[tuple[Question, Answer]]], baseline: str
+                     ) -> dict[str, Any]:
+    """Each system against ``baseline`` on the questions both answered (categories 1-4,
+    original key): F1 difference and ratio with paired 95% intervals, and the questions
+    split by which of the two showed its model every evidence turn, with both F1s in each
+    cell: where one system's extra evidence does or does not reach the answer."""
+    if baseline not in results:
+        return {}
+    base = {q.qid: (q, a) for q, a in results[baseline]}
+    out: dict[str, Any] = {}
+    for system, rows in results.items():
+        pairs = [(q, a, base[q.qid][1]) for q, a in rows
+                 if system != baseline and q.qid in base and q.category in SCORED and q.answer]
+        if not pairs:
+            continue
+        mine, theirs = [_f1(q, a) for q, a, _ in pairs], [_f1(q, b) for q, _, b in pairs]
+        diff, diff_ci = paired_difference(mine, theirs)
+        ratio, ratio_ci = paired_ratio(mine, theirs)
+        cells: dict[str, dict[str, Any]] = {}
+        for (q, a, b), f_a, f_b in zip(pairs, mine, theirs, strict=True):
+            if not q.evidence:
+                continue
+            cell = {(False, False): "neither", (True, False): "system only",
+                    (False, True): "baseline only", (True, True): "both"}[
+                (_reached(q, a), _reached(q, b))]
+            c = cells.setdefault(cell, {"questions": 0, "f1": [], "baseline_f1": []})
+            c["questions"] += 1
+            c["f1"].append(f_a)
+            c["baseline_f1"].append(f_b)
+        out[system] = {
+            "questions": len(pairs), "f1_difference": diff, "difference_ci": diff_ci,
+            "f1_ratio": ratio, "ratio_ci": ratio_ci,
+            "evidence_shown": {k: {"questions": c["questions"], "f1": _mean(c["f1"]),
+                                   "baseline_f1": _mean(c["baseline_f1"])}
+                               for k, c in cells.items()}}
+    return out
 
 
 def _quality(rows: list[tuple[Question, Answer]], corrected: bool, judged: bool
@@ -77,6 +149,7 @@ def summarise(rows: list[tuple[Question, Answer]], *, judged: bool) -> dict[str,
         "llm_calls": sum(a.calls for a in answers),
         "failures": sum(1 for _, a in rows if a.error),
         "latency_s": percentiles([a.seconds for a in answers]),
+        "evidence": _evidence(rows),
         # One F1 per scored question (categories 1-4, original key), keyed by question id,
         # so two systems' answers to the same questions can be compared pairwise.
         "f1_by_question": {q.qid: round(score_answer(a.answer, q.answer, q.category)["f1"], 4)

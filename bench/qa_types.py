@@ -63,6 +63,9 @@ class Answer(BaseModel):
     output_tokens: int = 0
     seconds: float = 0.0
     context_tokens: int = 0
+    packed: list[str] = []
+    """Ids of the turns shown to the model (empty for an abstention before the model
+    was asked, and for systems that pack no retrieved turns)."""
     judge: dict[str, bool] | None = None
     # SerializeAsAny: memory_routed's RoutedAnswer keeps its path and intent in the cache.
     provenance: SerializeAsAny[AnswerWithProvenance] | None = None

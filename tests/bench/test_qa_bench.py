@@ -277,3 +277,73 @@ def test_locomo_style_keeps_the_benchmark_prompt_as_it_was() -> None:
     assert core[0].memories.startswith("[s2:4 · Ana · 2021-03-03]")
     assert "e.g. s3:7" in CompactJSONAdapter().format_system_message(
         answer_signature(AnswerStyle()))
+
+
+def _qa(qid: int, category: int, evidence: list[str], gold: str = "violin"):
+    from memstrata.bench.locomo import Question
+
+    return Question(sample_id="c", index=qid, question=f"q{qid}?", category=category,
+                    answer=gold, evidence=evidence)
+
+
+def _ans(system: str, qid: int, text: str, packed: list[str]):
+    from memstrata.bench.qa_types import Answer
+
+    return Answer(key=f"{system}{qid}", system=system, qid=f"c#{qid}", answer=text,
+                  packed=packed)
+
+
+def test_against_naive_rag_splits_questions_by_who_showed_the_evidence():
+    from memstrata.bench.qa_scores import against_baseline, summarise
+
+    qs = [_qa(0, 4, ["D1:1"]), _qa(1, 4, ["D1:1", "D1:2"]), _qa(2, 2, ["D2:1"]),
+          _qa(3, 1, ["D3:1"])]
+    mem = [_ans("memstrata", 0, "violin", ["D1:1"]),          # both shown, both right
+           _ans("memstrata", 1, "violin", ["D1:2", "D1:1"]),  # only memstrata has both
+           _ans("memstrata", 2, "no", ["D9:9"]),              # only naive shown
+           _ans("memstrata", 3, "violin", [])]                # neither
+    naive = [_ans("naive_rag", 0, "violin", ["D1:1", "D5:5"]),
+             _ans("naive_rag", 1, "nothing", ["D1:1"]),
+             _ans("naive_rag", 2, "violin", ["D2:1"]),
+             _ans("naive_rag", 3, "no", ["D7:7"])]
+    results = {"memstrata": list(zip(qs, mem, strict=True)),
+               "naive_rag": list(zip(qs, naive, strict=True))}
+    against = against_baseline(results, "naive_rag")
+    assert set(against) == {"memstrata"}
+    cells = against["memstrata"]["evidence_shown"]
+    assert cells == {
+        "both": {"questions": 1, "f1": 1.0, "baseline_f1": 1.0},
+        "system only": {"questions": 1, "f1": 1.0, "baseline_f1": 0.0},
+        "baseline only": {"questions": 1, "f1": 0.0, "baseline_f1": 1.0},
+        "neither": {"questions": 1, "f1": 1.0, "baseline_f1": 0.0}}
+    assert against["memstrata"]["f1_difference"] == 0.25
+    assert against["memstrata"]["f1_ratio"] == 1.5
+    evidence = summarise(results["memstrata"], judged=False)["evidence"]
+    assert evidence["all_shown"]["overall"] == 0.5 and evidence["all_shown"]["2"] == 0.0
+    assert evidence["f1_when_shown"] == 1.0 and evidence["f1_when_not"] == 0.5
+    assert against_baseline(results, "full_context") == {}
+
+
+def test_the_report_shows_where_evidence_reached_the_answer(data, tmp_path, scripted):
+    out = tmp_path / "out"
+    doc = run_locomo_bench(data, scripted(reader), out, systems=("naive_rag", "memstrata"),
+                           progress=False)
+    against = doc["against_naive_rag"]["memstrata"]
+    assert against["questions"] == 6  # categories 1-4 of both conversations
+    assert sum(c["questions"] for c in against["evidence_shown"].values()) == 6
+    assert doc["systems"]["naive_rag"]["evidence"]["all_shown"]["overall"] == 1.0
+    text = locomo_table(doc)
+    assert "Against naive RAG" in text and "system only" in text
+    assert "## Every evidence turn shown" in locomo_markdown(doc)
+    # Records cached before answers kept what they were shown: naive RAG's packing is
+    # rebuilt (LLM-free), memstrata's read from its provenance; no model is asked again.
+    lines = (out / "answers.jsonl").read_text().splitlines()
+    stripped = [json.dumps({k: v for k, v in json.loads(ln).items() if k != "packed"})
+                for ln in lines]
+    (out / "answers.jsonl").write_text("\n".join(stripped) + "\n")
+    again = scripted(reader)
+    redo = run_locomo_bench(data, again, out, systems=("naive_rag", "memstrata"),
+                            progress=False)
+    assert again.lm.engine.requests == []
+    assert redo["against_naive_rag"] == doc["against_naive_rag"]
+    assert redo["systems"]["naive_rag"]["evidence"] == doc["systems"]["naive_rag"]["evidence"]
