@@ -427,5 +427,8 @@ def run_locomo_bench(
             "qa": sum(r.kept.get("qa", 0) for r in extracted),
             "seconds": round(sum(r.seconds for r in extracted), 1)},
         "systems": {s: summarise(rows, judged=judge is not None) for s, rows in results.items()},
-        "against_naive_rag": against_baseline(results, "naive_rag"),
+        # Pairwise on the same questions: every system against naive RAG (the target's
+        # baseline), and the routed door against the answerer it routes from.
+        "against": {"naive_rag": against_baseline(results, "naive_rag"),
+                    "memstrata": against_baseline(results, "memstrata", ("memory_routed",))},
     }

@@ -40,6 +40,12 @@ COST_HEADER = ["system", "questions", "abstain cat5", "prompt tok/q", "memory to
 
 
 CELLS = ("neither", "system only", "baseline only", "both")
+BASELINE_NAMES = {"naive_rag": "naive RAG", "memstrata": "memstrata (the answerer)"}
+
+
+def _cell(cell: dict[str, Any] | None) -> str:
+    return "-" if cell is None else (
+        f"{cell['questions']}: {_fmt(cell['f1'])} / {_fmt(cell['baseline_f1'])}")
 
 
 def _ci(ci: list[float] | None, fmt: str = "+.3f") -> str:
@@ -56,23 +62,28 @@ def _evidence_tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[lis
         tables.append(("Every evidence turn shown to the model (share of questions), and F1",
                        ["system", "questions", *(f"shown {c}" for c in COLUMNS[:-1]),
                         "F1 shown", "F1 not"], shown))
-    against = doc.get("against_naive_rag") or {}
-    if against:
-        tables.append(("Against naive RAG on the same questions (F1, paired 95% intervals)",
+    for baseline, against in (doc.get("against") or {}).items():
+        if not against:
+            continue
+        label = BASELINE_NAMES.get(baseline, baseline)
+        tables.append((f"Against {label} on the same questions (F1, paired 95% intervals)",
                        ["system", "questions", "F1 difference", "F1 ratio"],
                        [[name, str(c["questions"]),
                          f"{c['f1_difference']:+.3f}{_ci(c['difference_ci'])}",
                          ("-" if c["f1_ratio"] is None else f"{c['f1_ratio']:.2f}")
                          + _ci(c["ratio_ci"], ".2f")]
                         for name, c in against.items()]))
-        tables.append(("By which of the two showed every evidence turn: F1 of the system / "
-                       "naive RAG",
-                       ["system", *CELLS],
-                       [[name, *(f"{cell['questions']}: {_fmt(cell['f1'])} / "
-                                 f"{_fmt(cell['baseline_f1'])}"
-                                 if (cell := c["evidence_shown"].get(k)) else "-"
-                                 for k in CELLS)]
+        tables.append((f"By which of the two showed every evidence turn: F1 of the system / "
+                       f"{label}", ["system", *CELLS],
+                       [[name, *(_cell(c["evidence_shown"].get(k)) for k in CELLS)]
                         for name, c in against.items()]))
+        routed = {name: c["by_path"] for name, c in against.items() if c.get("by_path")}
+        if routed:
+            names = sorted({p for paths in routed.values() for p in paths})
+            tables.append((f"By the path each question took: F1 of the system / {label}",
+                           ["system", *names],
+                           [[name, *(_cell(paths.get(p)) for p in names)]
+                            for name, paths in routed.items()]))
     return tables
 
 

@@ -71,17 +71,25 @@ def _evidence(rows: list[tuple[Question, Answer]]) -> dict[str, Any] | None:
     }
 
 
-def against_baseline(results: dict[str, list[tuple[Question, Answer]]], baseline: str
-                     ) -> dict[str, Any]:
-    """Each system against ``baseline`` on the questions both answered (categories 1-4,
-    original key): F1 difference and ratio with paired 95% intervals, and the questions
-    split by which of the two showed its model every evidence turn, with both F1s in each
-    cell: where one system's extra evidence does or does not reach the answer."""
+def _path(answer: Answer) -> str | None:
+    return getattr(answer.provenance, "path", None)
+
+
+def against_baseline(results: dict[str, list[tuple[Question, Answer]]], baseline: str,
+                     systems: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Each system (of ``systems``, default all) against ``baseline`` on the questions
+    both answered (categories 1-4, original key): F1 difference and ratio with paired 95%
+    intervals; the questions split by which of the two showed its model every evidence
+    turn, with both F1s in each cell (where one system's extra evidence does or does not
+    reach the answer); and, for a routed system, both F1s on the questions each path
+    took."""
     if baseline not in results:
         return {}
     base = {q.qid: (q, a) for q, a in results[baseline]}
     out: dict[str, Any] = {}
     for system, rows in results.items():
+        if systems is not None and system not in systems:
+            continue
         pairs = [(q, a, base[q.qid][1]) for q, a in rows
                  if system != baseline and q.qid in base and q.category in SCORED and q.answer]
         if not pairs:
@@ -90,7 +98,13 @@ def against_baseline(results: dict[str, list[tuple[Question, Answer]]], baseline
         diff, diff_ci = paired_difference(mine, theirs)
         ratio, ratio_ci = paired_ratio(mine, theirs)
         cells: dict[str, dict[str, Any]] = {}
+        paths: dict[str, dict[str, Any]] = {}
         for (q, a, b), f_a, f_b in zip(pairs, mine, theirs, strict=True):
+            if (path := _path(a)) is not None:
+                c = paths.setdefault(path, {"questions": 0, "f1": [], "baseline_f1": []})
+                c["questions"] += 1
+                c["f1"].append(f_a)
+                c["baseline_f1"].append(f_b)
             if not q.evidence:
                 continue
             cell = {(False, False): "neither", (True, False): "system only",
@@ -103,10 +117,13 @@ def against_baseline(results: dict[str, list[tuple[Question, Answer]]], baseline
         out[system] = {
             "questions": len(pairs), "f1_difference": diff, "difference_ci": diff_ci,
             "f1_ratio": ratio, "ratio_ci": ratio_ci,
-            "evidence_shown": {k: {"questions": c["questions"], "f1": _mean(c["f1"]),
-                                   "baseline_f1": _mean(c["baseline_f1"])}
-                               for k, c in cells.items()}}
+            "evidence_shown": _cells(cells), "by_path": _cells(paths)}
     return out
+
+
+def _cells(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {k: {"questions": c["questions"], "f1": _mean(c["f1"]),
+                "baseline_f1": _mean(c["baseline_f1"])} for k, c in cells.items()}
 
 
 def _quality(rows: list[tuple[Question, Answer]], corrected: bool, judged: bool

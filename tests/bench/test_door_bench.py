@@ -11,6 +11,7 @@ from typing import Any
 
 from memstrata.bench.cognitive.run import run_cognitive_bench
 from memstrata.bench.qa import run_locomo_bench
+from memstrata.bench.qa_report import locomo_table
 from memstrata.cli import main
 from memstrata.memory import Store
 from tests.bench.test_cognitive_bench import SCENARIOS
@@ -51,6 +52,14 @@ def test_memory_routed_answers_locomo_through_the_door(write_json: Callable[...,
     with Store.open(tmp_path / "out" / "locomo.db", embedder=None) as store:
         programs = {r.program for r in store.runs.list("conv-1")}
     assert {"qa.memory_routed", "memory.answer", "qa.memstrata"} <= programs
+    # The door against the answerer it routes from, question by question and by path.
+    against = doc["against"]["memstrata"]
+    assert set(against) == {"memory_routed"}
+    paths = against["memory_routed"]["by_path"]
+    assert paths["reasoner"]["questions"] == 1 and paths["reasoner"]["f1"] == 1.0
+    assert paths["answerer"]["questions"] == 3
+    assert paths["answerer"]["f1"] == paths["answerer"]["baseline_f1"]
+    assert "By the path each question took" in locomo_table(doc)
 
 
 def test_bench_cognitive_through_memory(scripted: Callable[..., Any], tmp_path: Path) -> None:

@@ -328,7 +328,7 @@ def test_the_report_shows_where_evidence_reached_the_answer(data, tmp_path, scri
     out = tmp_path / "out"
     doc = run_locomo_bench(data, scripted(reader), out, systems=("naive_rag", "memstrata"),
                            progress=False)
-    against = doc["against_naive_rag"]["memstrata"]
+    against = doc["against"]["naive_rag"]["memstrata"]
     assert against["questions"] == 6  # categories 1-4 of both conversations
     assert sum(c["questions"] for c in against["evidence_shown"].values()) == 6
     assert doc["systems"]["naive_rag"]["evidence"]["all_shown"]["overall"] == 1.0
@@ -345,5 +345,5 @@ def test_the_report_shows_where_evidence_reached_the_answer(data, tmp_path, scri
     redo = run_locomo_bench(data, again, out, systems=("naive_rag", "memstrata"),
                             progress=False)
     assert again.lm.engine.requests == []
-    assert redo["against_naive_rag"] == doc["against_naive_rag"]
+    assert redo["against"] == doc["against"]
     assert redo["systems"]["naive_rag"]["evidence"] == doc["systems"]["naive_rag"]["evidence"]
