@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, SerializeAsAny
+from pydantic import BaseModel, Field, SerializeAsAny, model_validator
 
 from memstrata.formats.locomo import ABSTAIN_ANSWER, ABSTAIN_CUE
 from memstrata.programs.answer import AnswerWithProvenance
 from memstrata.programs.qa import AnswerStyle
+from memstrata.programs.routed_answer import RoutedAnswer
 
 from .locomo import LOCOMO_DATE_STYLE
 
@@ -69,7 +70,18 @@ class Answer(BaseModel):
     judge: dict[str, bool] | None = None
     # SerializeAsAny: memory_routed's RoutedAnswer keeps its path and intent in the cache.
     provenance: SerializeAsAny[AnswerWithProvenance] | None = None
-    """memstrata's route, verification and evidence (None for the baselines and old caches)."""
+    """memstrata's route, verification and evidence (None for the baselines and old caches);
+    a :class:`RoutedAnswer`, with its path and intent, for ``memory_routed``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _routed(cls, data: Any) -> Any:
+        # Read back from the cache, a routed answer's provenance is its own type again
+        # (the field's declared type would drop its path and intent).
+        if (isinstance(data, dict) and data.get("system") == "memory_routed"
+                and isinstance(data.get("provenance"), dict)):
+            data = {**data, "provenance": RoutedAnswer.model_validate(data["provenance"])}
+        return data
 
 
 __all__ = ["LOCOMO_STYLE", "Answer", "QASettings"]

@@ -60,6 +60,9 @@ def test_memory_routed_answers_locomo_through_the_door(write_json: Callable[...,
     assert paths["answerer"]["questions"] == 3
     assert paths["answerer"]["f1"] == paths["answerer"]["baseline_f1"]
     assert "By the path each question took" in locomo_table(doc)
+    again = run_locomo_bench(data, scripted(_routing_reader), tmp_path / "out",
+                             systems=("memstrata", "memory_routed"), progress=False)
+    assert again["against"] == doc["against"]  # the paths read back from the cache
 
 
 def test_bench_cognitive_through_memory(scripted: Callable[..., Any], tmp_path: Path) -> None:
