@@ -27,9 +27,14 @@ def _rows(doc: dict[str, Any], metric: str, corrected: bool = False) -> list[lis
     return rows
 
 
+def _whole(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def _cost_rows(doc: dict[str, Any]) -> list[list[str]]:
     return [[name, str(r["questions"]), _fmt(r["abstention_cat5"]),
-             f"{r['tokens_per_question'] or 0:.0f}", f"{r['context_tokens_per_question'] or 0:.0f}",
+             f"{r['tokens_per_question'] or 0:.0f}",
+             _whole(r["context_tokens_per_question"]),
              str(r["llm_calls"]), str(r["failures"]),
              f"{r['latency_s']['p50']:.2f}", f"{r['latency_s']['p95']:.2f}"]
             for name, r in doc["systems"].items()]

@@ -161,8 +161,12 @@ def summarise(rows: list[tuple[Question, Answer]], *, judged: bool) -> dict[str,
         "tokens_per_question": round(sum(a.input_tokens for a in answers) / n, 1) if n else None,
         "output_tokens_per_question":
             round(sum(a.output_tokens for a in answers) / n, 1) if n else None,
+        # None where turns were shown but their tokens not counted (the routed door's
+        # record counts its calls' prompts, not the memory block within them).
         "context_tokens_per_question":
-            round(sum(a.context_tokens for a in answers) / n, 1) if n else None,
+            None if not n or (any(shown(a) for a in answers)
+                              and not any(a.context_tokens for a in answers))
+            else round(sum(a.context_tokens for a in answers) / n, 1),
         "llm_calls": sum(a.calls for a in answers),
         "failures": sum(1 for _, a in rows if a.error),
         "latency_s": percentiles([a.seconds for a in answers]),

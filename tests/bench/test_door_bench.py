@@ -44,6 +44,9 @@ def test_memory_routed_answers_locomo_through_the_door(write_json: Callable[...,
     routed, plain = doc["systems"]["memory_routed"], doc["systems"]["memstrata"]
     assert routed["f1"]["4"] == plain["f1"]["4"] == 1.0  # recalls: the same answerer
     assert routed["llm_calls"] > plain["llm_calls"]  # a classifying call a question
+    # The door's record counts its calls' prompts, not the memory block: not a 0.
+    assert routed["context_tokens_per_question"] is None
+    assert plain["context_tokens_per_question"] > 0
     rows = [json.loads(line) for line in (tmp_path / "out" / "answers.jsonl").open()]
     when = [r for r in rows if r["system"] == "memory_routed"
             and r["provenance"]["question"].startswith("When did")]
