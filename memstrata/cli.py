@@ -210,8 +210,10 @@ def _days(raw: str) -> float:
 
 def cmd_bench_locomo(args: argparse.Namespace) -> int:
     """LoCoMo question answering: memstrata against no memory, full context and naive RAG,
-    all on the same model in one run (F1, EM, BLEU-1, optional LLM judge, abstention, cost).
-    Answers are cached in --out, so an interrupted run resumes where it stopped."""
+    all on the same model in one run (F1, EM, BLEU-1, optional LLM judge, abstention, cost,
+    and how often every evidence turn reached the model, with paired intervals against
+    naive RAG). Answers are cached in --out, so an interrupted run resumes where it
+    stopped."""
     from memstrata.bench.qa import ALL_SYSTEMS, SYSTEMS, QASettings, run_locomo_bench
     from memstrata.bench.qa_report import locomo_table, write_locomo_outputs
     from memstrata.programs import setup_lm
