@@ -25,7 +25,7 @@ from memstrata.memory import Embedder, Store
 from memstrata.programs.lm import ModelHandle
 
 from .corpora import ASSISTANT
-from .intervals import mean_interval, paired_difference
+from .intervals import mean_interval
 from .locomo import read_subset
 from .qa import Question, select_questions
 
@@ -72,7 +72,7 @@ def _qa(locomo: Path, audit: Path | None, handle: ModelHandle, embedder: Embedde
     scores = {s: systems[s]["f1_by_question"] for s in QA_SYSTEMS}
     qids = sorted(set.intersection(*(set(v) for v in scores.values())))
     per = {s: [scores[s][q] for q in qids] for s in QA_SYSTEMS}
-    diff, interval = paired_difference(per["memstrata"], per["naive_rag"])
+    paired = doc["against"]["naive_rag"]["memstrata"]
     return {
         "model": doc["model"],
         "questions": len(qids),
@@ -80,7 +80,8 @@ def _qa(locomo: Path, audit: Path | None, handle: ModelHandle, embedder: Embedde
         "systems": {s: {"f1": systems[s]["f1"]["overall"], "interval": mean_interval(per[s]),
                         "tokens_per_question": systems[s]["tokens_per_question"]}
                     for s in QA_SYSTEMS},
-        "memstrata_minus_naive_rag": {"f1": diff, "interval": interval},
+        "memstrata_minus_naive_rag": {"f1": paired["f1_difference"],
+                                      "interval": paired["difference_ci"]},
     }
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from memstrata.memory.extras import require
 
-from .qa_scores import COLUMNS
+from .qa_scores import CELLS, COLUMNS
 from .report import category_bars
 
 
@@ -44,7 +44,6 @@ COST_HEADER = ["system", "questions", "abstain cat5", "prompt tok/q", "memory to
                "failures", "p50 s", "p95 s"]
 
 
-CELLS = ("neither", "system only", "baseline only", "both")
 BASELINE_NAMES = {"naive_rag": "naive RAG", "memstrata": "memstrata (the answerer)"}
 
 
@@ -79,8 +78,8 @@ def _evidence_tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[lis
                          + _ci(c["ratio_ci"], ".2f")]
                         for name, c in against.items()]))
         tables.append((f"By which of the two showed every evidence turn: F1 of the system / "
-                       f"{label}", ["system", *CELLS],
-                       [[name, *(_cell(c["evidence_shown"].get(k)) for k in CELLS)]
+                       f"{label}", ["system", *CELLS.values()],
+                       [[name, *(_cell(c["evidence_shown"].get(k)) for k in CELLS.values())]
                         for name, c in against.items()]))
         routed = {name: c["by_path"] for name, c in against.items() if c.get("by_path")}
         if routed:

@@ -39,8 +39,8 @@ def _by_category(values: list[tuple[int, float]], with_five: bool = True) -> dic
 
 
 def shown(answer: Answer) -> list[str]:
-    """The turn ids an answer's model was shown: the record's own, or its provenance's
-    packed block for records cached before answers kept them."""
+    """The turn ids an answer's model was shown: the record's own (the baselines'), or
+    its provenance's packed block (memstrata's and the door's answers carry it there)."""
     if answer.packed:
         return answer.packed
     prov = answer.provenance
@@ -97,23 +97,17 @@ def against_baseline(results: dict[str, list[tuple[Question, Answer]]], baseline
         mine, theirs = [_f1(q, a) for q, a, _ in pairs], [_f1(q, b) for q, _, b in pairs]
         diff, diff_ci = paired_difference(mine, theirs)
         ratio, ratio_ci = paired_ratio(mine, theirs)
-        cells: dict[str, dict[str, Any]] = {}
-        paths: dict[str, dict[str, Any]] = {}
+        # Cell name -> (the system's F1s, the baseline's F1s) of its questions.
+        cells: dict[str, tuple[list[float], list[float]]] = {}
+        paths: dict[str, tuple[list[float], list[float]]] = {}
         for (q, a, b), f_a, f_b in zip(pairs, mine, theirs, strict=True):
-            if (path := _path(a)) is not None:
-                c = paths.setdefault(path, {"questions": 0, "f1": [], "baseline_f1": []})
-                c["questions"] += 1
-                c["f1"].append(f_a)
-                c["baseline_f1"].append(f_b)
-            if not q.evidence:
-                continue
-            cell = {(False, False): "neither", (True, False): "system only",
-                    (False, True): "baseline only", (True, True): "both"}[
-                (_reached(q, a), _reached(q, b))]
-            c = cells.setdefault(cell, {"questions": 0, "f1": [], "baseline_f1": []})
-            c["questions"] += 1
-            c["f1"].append(f_a)
-            c["baseline_f1"].append(f_b)
+            chosen = [(paths, _path(a))]
+            if q.evidence:
+                chosen.append((cells, CELLS[(_reached(q, a), _reached(q, b))]))
+            for split, key in chosen:
+                if key is not None:
+                    split.setdefault(key, ([], []))[0].append(f_a)
+                    split[key][1].append(f_b)
         out[system] = {
             "questions": len(pairs), "f1_difference": diff, "difference_ci": diff_ci,
             "f1_ratio": ratio, "ratio_ci": ratio_ci,
@@ -121,9 +115,14 @@ def against_baseline(results: dict[str, list[tuple[Question, Answer]]], baseline
     return out
 
 
-def _cells(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {k: {"questions": c["questions"], "f1": _mean(c["f1"]),
-                "baseline_f1": _mean(c["baseline_f1"])} for k, c in cells.items()}
+def _cells(cells: dict[str, tuple[list[float], list[float]]]) -> dict[str, Any]:
+    return {k: {"questions": len(mine), "f1": _mean(mine), "baseline_f1": _mean(theirs)}
+            for k, (mine, theirs) in cells.items()}
+
+
+CELLS = {(False, False): "neither", (True, False): "system only",
+         (False, True): "baseline only", (True, True): "both"}
+"""The evidence split's cells by (the system showed every evidence turn, the baseline did)."""
 
 
 def _quality(rows: list[tuple[Question, Answer]], corrected: bool, judged: bool

@@ -65,8 +65,8 @@ class Answer(BaseModel):
     seconds: float = 0.0
     context_tokens: int = 0
     packed: list[str] = []
-    """Ids of the turns shown to the model (empty for an abstention before the model
-    was asked, and for systems that pack no retrieved turns)."""
+    """Ids of the turns a baseline showed the model (memstrata's and the door's are in
+    their ``provenance``; ``qa_scores.shown`` reads either)."""
     judge: dict[str, bool] | None = None
     # SerializeAsAny: memory_routed's RoutedAnswer keeps its path and intent in the cache.
     provenance: SerializeAsAny[AnswerWithProvenance] | None = None
