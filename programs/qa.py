@@ -17,8 +17,10 @@ from typing import Annotated
 import dspy
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from memstrata.memory import text as textmod
 from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle, render_day
-from memstrata.memory.timeparse import normalise_time, resolve_times
+from memstrata.memory.timeparse import TimeSpan, normalise_time, resolve_times
+from memstrata.memory.verify import question_terms
 from memstrata.packers import MemoryLine, parse, render
 
 from .structured import StructuredPredict
@@ -196,6 +198,68 @@ def resolve_relative_times(answer: str, memories: str, evidence: list[str],
     return answer
 
 
+def _told(line: MemoryLine, style: DateStyle) -> list[TimeSpan]:
+    # The times a packed line states (its resolution notes included), one per span.
+    assert line.when is not None
+    spans = {(s.start, s.end): s for s in resolve_times(line.text, line.when, style)}
+    return list(spans.values())
+
+
+def _states(line: MemoryLine, told: list[TimeSpan], span: TimeSpan) -> bool:
+    # A line states a time when one of its own times has that span; a line that tells no
+    # time of its own states the day it was said.
+    if told:
+        return any((t.start, t.end) == (span.start, span.end) for t in told)
+    assert line.when is not None
+    return span.granularity == "day" and span.start.date() == line.when.date()
+
+
+def cited_times(answer: str, question: str, memories: str, evidence: list[str],
+                date_style: DateStyle = DEFAULT_DATE_STYLE) -> str:
+    """``answer`` with a time copied from a memory it does not cite replaced by the one
+    time its cited memories state, when a cited memory is closer to the question.
+
+    The evidence names the memories the answer was read from, so its times should be
+    theirs. Small models copy the date of a neighbouring line about another topic ("the
+    week before 9 June 2023" where the cited line says "yesterday [7 May 2023]"), or the
+    day a line was said where the line tells when the thing happened. They also cite the
+    wrong line and copy the right time, so the copy is only replaced when the cited
+    memories state exactly one time between them and one of them shares more of the
+    question's content words than every uncited memory that states the copied time. A
+    time no memory states (the model's own arithmetic) and an answer without cited
+    memories stay as they are.
+
+    Example:
+        >>> cited_times("the week before 2023-06-09", "When did Ana go running?",
+        ...             "[s1:3 · Ana · 2023-05-08] I went running yesterday [2023-05-07].\\n"
+        ...             "[s2:1 · Ana · 2023-06-09] A talk last week "
+        ...             "[the week before 2023-06-09].", ["s1:3"])
+        '2023-05-07'
+    """
+    lines = {m.id: m for line in memories.splitlines()
+             if (m := parse(line)) is not None and m.when is not None}
+    cited = [lines[e] for e in dict.fromkeys(evidence) if e in lines]
+    if not cited:
+        return answer
+    told = {line.id: _told(line, date_style) for line in lines.values()}
+    theirs = {(t.start, t.end): t for c in cited for t in told[c.id]}
+    if len(theirs) != 1:
+        return answer
+    terms = set(question_terms(question, [m.speaker for m in lines.values() if m.speaker]))
+
+    def closeness(line: MemoryLine) -> int:
+        return len(terms.intersection(textmod.tokens(line.text)))
+
+    nearest = max(closeness(c) for c in cited if told[c.id])
+    for span in resolve_times(answer, cited[0].when or datetime.now(), date_style):
+        if any(_states(c, told[c.id], span) for c in cited):
+            continue
+        copied = [m for i, m in lines.items() if i not in evidence and _states(m, told[i], span)]
+        if copied and nearest > max(closeness(m) for m in copied):
+            answer = answer.replace(span.text, next(iter(theirs.values())).resolved, 1)
+    return answer
+
+
 def cited_ids(memories: str) -> set[str]:
     """The ids that open the provenance heads of packed memory lines.
 
@@ -275,5 +339,6 @@ class QA(dspy.Module):
         cited = [e.strip() for e in out.evidence or []] + named
         evidence = list(dict.fromkeys(e for e in cited if e in known))
         answer = resolve_relative_times(answer, memories or "", evidence, style.date_style)
+        answer = cited_times(answer, question, memories or "", evidence, style.date_style)
         return dspy.Prediction(answer=style.abstain_answer if abstained else answer,
                                evidence=evidence, abstained=abstained)

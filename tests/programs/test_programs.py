@@ -242,6 +242,63 @@ def test_qa_answer_with_a_relative_time_is_resolved(scripted) -> None:
     assert out.answer == "7 May 2023" and out.evidence == ["D1:3"]
 
 
+_NEIGHBOURS = ("[D1:3 · Ana · 8 May 2023] I went to a support group yesterday [7 May 2023].\n"
+               "[D3:1 · Ana · 9 June 2023] My school talk was last week "
+               "[the week before 9 June 2023].\n"
+               "[D3:2 · Ana · 9 June 2023] The group meets on Mondays.\n"
+               "[D5:4 · Ana · 3 July 2023] I signed up for pottery yesterday [2 July 2023].\n"
+               "[D5:6 · Ana · 3 July 2023] Pottery is so relaxing.")
+
+
+def test_a_time_copied_from_an_uncited_memory_becomes_the_cited_memorys_time() -> None:
+    from memstrata.programs.qa import cited_times
+
+    group, pottery = "When did Ana go to the support group?", "When did Ana sign up for pottery?"
+    # the neighbour's date, with the right line cited: the cited line's date
+    assert cited_times("the week before 9 June 2023", group, _NEIGHBOURS, ["D1:3"],
+                       "long") == "7 May 2023"
+    # the day a line was said, where it tells when the thing happened (another line
+    # said that day too): what it tells
+    assert cited_times("3 July 2023", pottery, _NEIGHBOURS, ["D5:4"], "long") == "2 July 2023"
+    assert cited_times("on 3 July 2023, at a studio", pottery, _NEIGHBOURS, ["D5:4"],
+                       "long") == "on 2 July 2023, at a studio"
+
+
+def test_a_time_the_citations_agree_with_or_no_memory_states_is_kept() -> None:
+    from memstrata.programs.qa import cited_times
+
+    group = "When did Ana go to the support group?"
+    assert cited_times("7 May 2023", group, _NEIGHBOURS, ["D1:3"], "long") == "7 May 2023"
+    # a cited line with no time of its own states the day it was said
+    assert cited_times("9 June 2023", group, _NEIGHBOURS, ["D3:2"], "long") == "9 June 2023"
+    # the model's own arithmetic: no memory states it
+    assert cited_times("6 May 2023", group, _NEIGHBOURS, ["D1:3"], "long") == "6 May 2023"
+    # nothing cited, or two cited times to choose from: no way to tell which was meant
+    assert cited_times("the week before 9 June 2023", group, _NEIGHBOURS, [], "long") == \
+        "the week before 9 June 2023"
+    assert cited_times("9 June 2023", group, _NEIGHBOURS, ["D1:3", "D5:4"], "long") == \
+        "9 June 2023"
+    assert cited_times("in Lisbon", group, _NEIGHBOURS, ["D1:3"], "long") == "in Lisbon"
+
+
+def test_a_copied_time_from_a_memory_closer_to_the_question_is_kept() -> None:
+    from memstrata.programs.qa import cited_times
+
+    # the wrong line cited, the right time copied: the line that holds the copied time
+    # shares more of the question than the cited one
+    assert cited_times("the week before 9 June 2023", "When did Ana give her school talk?",
+                       _NEIGHBOURS, ["D1:3"], "long") == "the week before 9 June 2023"
+
+
+def test_qa_answers_with_the_time_of_the_memory_it_cites(scripted) -> None:
+    handle = scripted(lambda s, u, schema: {"answer": "the week before 9 June 2023",
+                                            "evidence": ["D1:3"]})
+    with dspy.context(lm=handle.lm):
+        out = QA(AnswerStyle(date_style="long"))(question="When did Ana go to the group?",
+                                                 memories=_NEIGHBOURS)
+    assert out.answer == "7 May 2023" and out.evidence == ["D1:3"]
+
+
 def test_demos_are_one_line_json_as_a_grammar_allows() -> None:
     # llama-cpp-python's JSON grammar allows at most one space between tokens: demos
     # shown indented taught the 1.5B model a shape it could not write (it closed every
