@@ -251,7 +251,9 @@ def cited_times(answer: str, question: str, memories: str, evidence: list[str],
         return len(terms.intersection(textmod.tokens(line.text)))
 
     nearest = max(closeness(c) for c in cited if told[c.id])
-    for span in resolve_times(answer, cited[0].when or datetime.now(), date_style):
+    base = cited[0].when
+    assert base is not None  # only lines with a day were kept
+    for span in resolve_times(answer, base, date_style):
         if any(_states(c, told[c.id], span) for c in cited):
             continue
         copied = [m for i, m in lines.items() if i not in evidence and _states(m, told[i], span)]
