@@ -245,6 +245,7 @@ def cited_times(answer: str, question: str, memories: str, evidence: list[str],
     theirs = {(t.start, t.end): t for c in cited for t in told[c.id]}
     if len(theirs) != 1:
         return answer
+    (time,) = theirs.values()
     terms = set(question_terms(question, [m.speaker for m in lines.values() if m.speaker]))
 
     def closeness(line: MemoryLine) -> int:
@@ -258,7 +259,7 @@ def cited_times(answer: str, question: str, memories: str, evidence: list[str],
             continue
         copied = [m for i, m in lines.items() if i not in evidence and _states(m, told[i], span)]
         if copied and nearest > max(closeness(m) for m in copied):
-            answer = answer.replace(span.text, next(iter(theirs.values())).resolved, 1)
+            answer = answer.replace(span.text, time.resolved, 1)
     return answer
 
 
@@ -313,7 +314,10 @@ class QA(dspy.Module):
 
     The prediction has ``answer`` (the style's ``abstain_answer`` on abstention),
     ``evidence`` (only ids that really occur in the memories: small models invent some)
-    and ``abstained``.
+    and ``abstained``. The answer's times are checked against the memories without a
+    model: a relative time is read on the day its memory was said
+    (:func:`resolve_relative_times`), a time copied from an uncited memory becomes the
+    cited one's (:func:`cited_times`). One LLM call (two on a parse retry).
 
     Args:
         style: how dates are written and abstention is said (default: ``AnswerStyle()``,
