@@ -180,8 +180,8 @@ def resolve_relative_times(answer: str, memories: str, evidence: list[str],
         ...                        ["s1:3"])
         '2023-05-07'
     """
-    lines = {m.id: (m.when, m.text.casefold()) for line in memories.splitlines()
-             if (m := parse(line)) is not None and m.when is not None}
+    lines = {i: (m.when, m.text.casefold()) for i, m in _dated_lines(memories).items()
+             if m.when is not None}
     if not lines:
         return answer
     ranked = [*(e for e in evidence if e in lines), *(i for i in lines if i not in evidence)]
@@ -196,6 +196,12 @@ def resolve_relative_times(answer: str, memories: str, evidence: list[str],
         if resolved := normalise_time(span.text, when, date_style):
             answer = answer.replace(span.text, resolved.resolved, 1)
     return answer
+
+
+def _dated_lines(memories: str) -> dict[str, MemoryLine]:
+    # The packed lines whose header carries a day, by id: the days answers are read on.
+    return {m.id: m for line in memories.splitlines()
+            if (m := parse(line)) is not None and m.when is not None}
 
 
 def _told(line: MemoryLine, style: DateStyle) -> list[TimeSpan]:
@@ -236,16 +242,16 @@ def cited_times(answer: str, question: str, memories: str, evidence: list[str],
         ...             "[the week before 2023-06-09].", ["s1:3"])
         '2023-05-07'
     """
-    lines = {m.id: m for line in memories.splitlines()
-             if (m := parse(line)) is not None and m.when is not None}
+    lines = _dated_lines(memories)
     cited = [lines[e] for e in dict.fromkeys(evidence) if e in lines]
     if not cited:
         return answer
-    told = {line.id: _told(line, date_style) for line in lines.values()}
+    told = {c.id: _told(c, date_style) for c in cited}
     theirs = {(t.start, t.end): t for c in cited for t in told[c.id]}
     if len(theirs) != 1:
         return answer
     (time,) = theirs.values()
+    told |= {i: _told(m, date_style) for i, m in lines.items() if i not in told}
     terms = set(question_terms(question, [m.speaker for m in lines.values() if m.speaker]))
 
     def closeness(line: MemoryLine) -> int:
