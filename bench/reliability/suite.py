@@ -8,8 +8,10 @@ The document's shape is an interface outside checks rely on::
      "imports_losing_rows": n, ...}
 
 The headline counters (``common.HEADLINE``) are sums over the scenarios; the run fails
-(``ok`` false, the command exits non-zero) when any of them is non-zero. ``secrets`` runs
-last because it greps every byte the other scenarios wrote under the same work folder.
+(``ok`` false, the command exits non-zero) when any of them is non-zero, or when a scenario
+that ran made no attempt (``checked_nothing``: it checked nothing, so it shows nothing).
+``secrets`` runs last because it greps every byte the other scenarios wrote under the same
+work folder.
 """
 
 from __future__ import annotations
@@ -111,10 +113,14 @@ def summarise(results: dict[str, Scenario], **meta: Any) -> dict[str, Any]:
         doc[counter] = sum(getattr(r, counter) for r in results.values())
     doc["attempts"] = sum(r.attempts for r in results.values())
     doc["failures"] = sum(r.failures for r in results.values())
-    doc["ok"] = not any(doc[c] for c in HEADLINE)
     # A scenario that could not run (the sandbox not installed) proves nothing: named here
     # and in the table, so a clean verdict never hides it.
     doc["skipped"] = [n for n, r in results.items() if r.figures.get("skipped")]
+    # One that ran but checked nothing (on a loaded machine its calls all came after its
+    # deadline, say) proves nothing either, and would pass silently: it fails the run.
+    doc["checked_nothing"] = [n for n, r in results.items()
+                              if r.attempts == 0 and not r.figures.get("skipped")]
+    doc["ok"] = not any(doc[c] for c in HEADLINE) and not doc["checked_nothing"]
     doc["machine"] = {"cpus": _cpus(), "platform": platform.platform(),
                       "python": platform.python_version()}
     doc.update(meta)
@@ -141,6 +147,8 @@ def table(doc: dict[str, Any]) -> str:
                  + f" — {'ok' if doc['ok'] else 'FAILED'} in {doc.get('seconds', '?')} s")
     if doc.get("skipped"):
         lines.append(f"NOT RUN (see their details): {', '.join(doc['skipped'])}")
+    if doc.get("checked_nothing"):
+        lines.append(f"CHECKED NOTHING (no attempt made): {', '.join(doc['checked_nothing'])}")
     return "\n".join(lines)
 
 

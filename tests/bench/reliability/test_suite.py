@@ -93,3 +93,15 @@ def test_a_scenario_that_could_not_run_is_named(tmp_path: Path) -> None:
     doc = suite.summarise({"sandbox_escape": skipped, "clean": Scenario(name="clean")})
     assert doc["skipped"] == ["sandbox_escape"]
     assert "NOT RUN (see their details): sandbox_escape" in suite.table(doc)
+
+
+def test_a_scenario_that_checked_nothing_fails_the_run(tmp_path: Path) -> None:
+    idle = Scenario(name="tenancy_under_load")  # ran, and made no call before its deadline
+    skipped = Scenario(name="sandbox_escape", figures={"skipped": True})
+    doc = suite.summarise({"tenancy_under_load": idle, "sandbox_escape": skipped,
+                           "clean": Scenario(name="clean", attempts=3)})
+    assert doc["checked_nothing"] == ["tenancy_under_load"] and doc["ok"] is False
+    assert not any(doc[c] for c in HEADLINE)  # no counter says why: the list does
+    assert "CHECKED NOTHING (no attempt made): tenancy_under_load" in suite.table(doc)
+    ran = suite.summarise({"clean": Scenario(name="clean", attempts=1), "sandbox_escape": skipped})
+    assert ran["checked_nothing"] == [] and ran["ok"] is True
