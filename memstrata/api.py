@@ -216,6 +216,11 @@ class Memory:
         """Store messages as turns and, with an LM and ``infer``, extract their facts (in
         the background by default: see ``open``'s ``extraction``).
 
+        LLM calls: none in this call, unless ``infer`` with an LM in ``"sync"`` mode: then
+        one per extraction chunk the call fills (two on a parse retry; at most one per
+        ``IngestSettings.calls_per_turns`` turns, 10 by default), each a step of the job's
+        ``ingest`` run. In the background the worker makes those calls.
+
         What is stored: the messages that say something. By default a system prompt
         (role ``system`` or ``developer``) and tool plumbing (role ``tool`` or
         ``function``, and messages made only of tool calls or results) are not memories:
@@ -301,7 +306,8 @@ class Memory:
 
     def flush(self, user_id: str, conversation_id: str | None = None) -> list[dict[str, Any]]:
         """Extract the facts of every conversation's (or one's) unextracted turns now,
-        even a partial chunk, in this thread; none without an LM.
+        even a partial chunk, in this thread; none without an LM. LLM calls: one per
+        chunk extracted (two on a parse retry), each a step of the job's ``ingest`` run.
 
         The tenant's jobs of those conversations not finished yet are run here too, in
         order, and its parked (``failed``) ones get another try; a job another worker is
@@ -337,6 +343,7 @@ class Memory:
         """Block until every extraction job of ``user_id`` (or of every tenant) is done
         or parked ``failed``; returns ``{"done", "failed", "pending", "running"}`` (the
         jobs per status then) and ``"seconds"`` waited.
+        No LLM call here (the jobs' calls are the worker's).
 
         ``"background"`` mode starts the worker thread if it is not running yet;
         ``"sync"`` runs the jobs here (a failing one until it is parked); ``"queue"``
@@ -384,7 +391,7 @@ class Memory:
         all; at most ``limit``. Each is a JSON-serialisable dict with ``id``,
         ``user_id``, ``conversation_id``, ``kind``, ``status``, ``attempts``, ``error``
         (the last one), ``created_at``, ``updated_at`` (ISO-8601 UTC record times) and
-        ``facts`` (how many fact events it produced).
+        ``facts`` (how many fact events it produced). No LLM call.
 
         Raises:
             ValueError: a bad ``user_id``, an unknown ``status``, a ``limit`` that is not
@@ -404,7 +411,7 @@ class Memory:
         """One job as :meth:`jobs` gives it, plus ``events`` (its fact events, once
         done: as ``add`` returns them in ``"sync"`` mode), ``params`` (the turns it
         covers), ``max_attempts``, ``run_after`` and its lease; None when there is no
-        such job (of ``user_id``, when given: another tenant's reads as missing).
+        such job (of ``user_id``, when given: another tenant's reads as missing). No LLM call.
 
         A ``done`` job is kept ``ExtractionSettings.keep_done_days`` (30 by default) after
         it finished, then a worker prunes it (:meth:`prune_jobs`): this returns None for
@@ -430,7 +437,7 @@ class Memory:
         ``status`` (``"done"``, ``"failed"`` or both), finished (last changed) more than
         ``older_than_days`` days ago or before ``before`` (ISO text, Unix seconds, a date
         or a datetime), or, with neither, every one of them. Returns the jobs deleted per
-        status (``dry_run``: that would be; nothing is deleted).
+        status (``dry_run``: that would be; nothing is deleted). No LLM call.
 
         A job not finished (``pending``, ``running``) is never pruned. The facts a done
         job wrote stay, with their versions; its record and its fact events go (:meth:`job`
@@ -657,7 +664,7 @@ class Memory:
                              agent_id: str | None = None,
                              progress: Callable[[int], None] | None = None,
                              replace: bool = False) -> dict[str, int]:
-        """Write whole conversations (from a format adapter) as turns, all or nothing.
+        """Write whole conversations (from a format adapter) as turns, all or nothing. No LLM call.
 
         A conversation already stored under the same id keeps its turns: the record's
         sessions are appended to it (a session of the same id continues), as ``add``
@@ -703,7 +710,7 @@ class Memory:
                filters: Filters | dict[str, Any] | None = None,
                min_score: float = DEFAULT_MIN_SCORE, limit: int | None = None) -> list[Hit]:
         """The ``k`` best turns and items of ``user_id`` for ``query`` (hybrid search),
-        best first, leaving out hits that score under ``min_score``.
+        best first, leaving out hits that score under ``min_score``. No LLM call.
 
         ``limit`` is another name for ``k`` (mem0's): give one or the other, or both with
         the same value. :func:`memstrata.compat.to_mem0` turns the hits into mem0's
@@ -754,7 +761,7 @@ class Memory:
                                          min_score=float(min_score))
 
     def get(self, id: str, *, user_id: str | None = None) -> dict[str, Any] | None:
-        """A turn or item by id (as a dict with ``node`` and ``user_id``), or None.
+        """A turn or item by id (as a dict with ``node`` and ``user_id``), or None. No LLM call.
 
         Ids are unique across tenants; pass ``user_id`` to have a wrong tenant read as
         missing."""
@@ -771,7 +778,7 @@ class Memory:
                 offset: int = 0) -> list[dict[str, Any]]:
         """A page of the tenant's memories, newest record first: its turns and items of
         every kind when ``kind`` is None, only its turns with ``kind="turn"``, or only
-        items of that kind. Each row has ``node`` (``"turn"`` or ``"item"``).
+        items of that kind. Each row has ``node`` (``"turn"`` or ``"item"``). No LLM call.
 
         Raises:
             ValueError: a bad ``user_id``, a ``kind`` that does not exist (see
@@ -800,7 +807,7 @@ class Memory:
 
     def history(self, id: str, *, user_id: str | None = None) -> list[Version]:
         """Every version of a turn or item, oldest first (its current text last), each
-        with its record time (``recorded_at``, ``valid_to``) and event time."""
+        with its record time (``recorded_at``, ``valid_to``) and event time. No LLM call."""
         with self._lock:
             owner = self._owner(id, user_id)
             return [] if owner is None else self.store.history(owner, id)
@@ -810,7 +817,7 @@ class Memory:
     def update(self, id: str, text: str, *, user_id: str | None = None) -> dict[str, Any]:
         """Give a turn or item new text as a new version (the old one is kept, closed by
         ``valid_to``; see :meth:`history`). Returns ``{"id", "memory", "event":
-        "UPDATE", "previous"}``.
+        "UPDATE", "previous"}``. No LLM call.
 
         Raises:
             MemoryNotFoundError: no such id for this tenant (a ``KeyError``).
@@ -836,7 +843,7 @@ class Memory:
     def delete(self, id: str, *, user_id: str | None = None) -> bool:
         """Delete one turn or item with its versions, vectors, index rows and edges, and
         (a turn) the copies of its text in its neighbours' search context. True if it
-        existed.
+        existed. No LLM call.
 
         On SQLite the deleted text is also scrubbed from the file, as by
         :meth:`delete_all`: freed pages zeroed, the full-text index rewritten without it,
@@ -864,7 +871,7 @@ class Memory:
     def delete_all(self, user_id: str) -> dict[str, int]:
         """Forget a tenant completely: turns, items of every kind, edges, vectors, FTS
         rows, blobs, runs, versions and cached values; nothing of any other tenant.
-        Returns the rows deleted per table."""
+        Returns the rows deleted per table. No LLM call."""
         _check_id("user_id", user_id)
         with self._lock:
             deleted = self.store.forget_user(user_id)
@@ -1144,7 +1151,7 @@ class Memory:
         is logged the same way, and ``handle_tools()`` are the tools :meth:`tools`
         returns, without the lock: they are not serialised with this memory's other
         calls, so use them where nothing else calls the memory meanwhile (an agent
-        runner's single thread) and :meth:`tools` everywhere else."""
+        runner's single thread) and :meth:`tools` everywhere else. Its tools make no LLM call."""
         from memstrata.tools import ToolSession
 
         _check_id("user_id", user_id)
@@ -1153,7 +1160,7 @@ class Memory:
     def tools(self, user_id: str, *, agent_id: str | None = None) -> list[Callable[..., Any]]:
         """The handle tools bound to one tenant (``mem_search``, ``mem_get``, ``ctx_*``,
         ...), each call serialised with this memory's other calls: ready for
-        ``dspy.ReAct(signature, tools=...)`` or ``dspy.RLM``."""
+        ``dspy.ReAct(signature, tools=...)`` or ``dspy.RLM``. The tools make no LLM call."""
         import functools
 
         session = self.tool_session(user_id, agent_id=agent_id)
@@ -1171,7 +1178,7 @@ class Memory:
 
     def export(self, user_id: str, path: str | Path) -> int:
         """Write everything the verbs wrote for the tenant as JSONL; returns the lines
-        written. :meth:`import_` reads it back, ids and record times kept.
+        written. :meth:`import_` reads it back, ids and record times kept. No LLM call.
 
         The file holds the conversations (turns with their sessions and times), items of
         every kind (facts, personas; what :meth:`read` wrote: episodes, semantic facts,
@@ -1198,7 +1205,7 @@ class Memory:
     def import_(self, path: str | Path, *, user_id: str | None = None) -> dict[str, int]:
         """Read a file written by :meth:`export` (into ``user_id``, or the tenant it was
         exported from), all or nothing, ids and record times (``updated_at`` too) as the
-        file holds them. Returns counts of what was written per line type.
+        file holds them. Returns counts of what was written per line type. No LLM call.
 
         Raises:
             ImportFormatError: a line that is not valid (the file and line named).

@@ -471,3 +471,17 @@ def test_cli_usage_error_is_one_line_whatever_the_arguments_hold(capsys) -> None
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 2 and lines[0].startswith("usage: memstrata"), lines
         assert lines[1].startswith("memstrata: error: unrecognized arguments: a b"), lines
+
+
+def test_every_verb_states_its_llm_calls() -> None:
+    """Each verb's docstring says how many LLM calls it makes (none, or how many), so a
+    caller can tell a model-free path from one that waits on a model."""
+    import inspect
+
+    verbs = {name: fn for name, fn in vars(Memory).items()
+             if not name.startswith("_") and inspect.isfunction(fn)}
+    assert {"add", "search", "answer", "context", "read", "learn", "expect"} <= set(verbs)
+    said = re.compile(r"No LLM call|no LLM call|LLM calls?[ (:]")
+    silent = [name for name, fn in verbs.items()
+              if name != "close" and not said.search(inspect.getdoc(fn) or "")]
+    assert not silent, f"verbs whose docstring does not state their LLM calls: {silent}"
