@@ -36,7 +36,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from operator import itemgetter
@@ -218,10 +218,27 @@ class Retriever:
         allowed = self.store.allowed_refs(user_id, filters) if filters.active() else None
         rankings: list[Channel] = []
 
-        expansion = self._expansion_terms(user_id, qa)
-        for node in nodes:
-            rankings += self._lexical_channels(user_id, qa, node, filters, expansion)
         query_vec = self._query_vector(query) if (w.dense or w.speaker_channels) else None
+        # A big tenant's dense pass runs on another core while the index is read (the
+        # SQLite store's ``dense_ahead``; PostgreSQL ranks in the database).
+        ahead = getattr(self.store, "dense_ahead", None)
+        started = (ahead(user_id, self.embedder.name, query_vec, w.pool)
+                   if ahead is not None and query_vec is not None and w.dense
+                   and allowed is None and self.embedder is not None else None)
+        # Expansion terms are found after the first bm25 run (``_lexical_channels``), so
+        # that run's index reads overlap a dense pass started ahead.
+        found: list[list[str]] = []
+
+        def expand() -> list[str]:
+            if not found:
+                found.append(self._expansion_terms(user_id, qa))
+            return found[0]
+
+        for node in nodes:
+            rankings += self._lexical_channels(user_id, qa, node, filters, expand)
+        expansion = expand()
+        if started is not None:
+            started.result()
         if query_vec is not None:
             rankings += self._dense_channels(user_id, qa, query_vec, allowed, nodes)
         if w.tags and "item" in nodes:
@@ -333,8 +350,9 @@ class Retriever:
     # -- channels -------------------------------------------------------------------------
 
     def _lexical_channels(self, user_id: str, qa: QueryAnalysis, node: str, filters: Filters,
-                          expansion: list[str] | None = None) -> list[Channel]:
-        """bm25, its expansion re-run, and bm25 within each named speaker's turns."""
+                          expand: Callable[[], list[str]] | None = None) -> list[Channel]:
+        """bm25, its expansion re-run (``expand`` gives the expansion terms, called after
+        the first run), and bm25 within each named speaker's turns."""
         w = self.weights
         scoring: _Scoring = {"context_weight": w.context, "idf_shift": w.idf_shift,
                              "common_share": w.common_share,
@@ -348,6 +366,7 @@ class Retriever:
             if w.speaker_field and node == "turn" and qa.speakers and hits:
                 hits = self._speaker_field(user_id, qa, hits)
             out.append(("lexical", w.lexical, hits))
+            expansion = expand() if expand is not None else []
             if expansion:
                 # The query's own words stay in: the new words add candidates that share
                 # the query's topic; alone they drift (a word's neighbours are not all apt).

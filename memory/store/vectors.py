@@ -23,8 +23,11 @@ column, ranked in the database, where the server has the extension)."""
 from __future__ import annotations
 
 import math
+import os
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -46,6 +49,9 @@ from .shared import DenseMemo, EmbeddingWrites
 PASSAGE_NODES = 2_000
 """Nodes nearest by their own vectors whose passages a dense search scores (see
 :func:`with_passages`)."""
+AHEAD_ROWS = 5_000
+"""Vectors a tenant has at least for a search to start its dense pass ahead, on a thread
+of its own (:func:`dense_ahead`)."""
 
 
 def long_passages(store: Any, users: Sequence[str], ids: Sequence[str], model: str
@@ -177,6 +183,12 @@ class VectorStore(NodeLookups, EmbeddingWrites):
         return matrix_dense_refs(self, user_id, model, query_vec, k, allowed=allowed,
                                  nodes=nodes, speaker=speaker)
 
+    def dense_ahead(self, user_id: str, model: str, query_vec: np.ndarray, k: int
+                    ) -> Future[None] | None:
+        """Start a big tenant's unfiltered dense pass on a thread of its own (see
+        :func:`dense_ahead`); None when none was started."""
+        return dense_ahead(self, user_id, model, query_vec, k)
+
     def _speakers_by_ref(self, user_id: str) -> dict[Ref, str | None]:
         """The speaker of every turn and item of the tenant, by ref (covering index
         scans)."""
@@ -258,16 +270,43 @@ def with_passages(store: Any, user_id: str, model: str, query_vec: np.ndarray, k
     if allowed is not None:
         near = np.asarray(top_rows(refs, sims, want, allowed, nodes, eligible), np.int64)
     else:
-        near = (np.argpartition(-sims, want - 1)[:want] if len(sims) > want
-                else np.arange(len(sims)))
+        near = _nearest(sims, want)
         if eligible is not None:
             near = eligible[near]
     index = PassageIndex.of(store, (user_id, model), ids, pids)
-    near = np.sort(near)  # passages copied out in the matrix's order: fewer pages touched
-    near = near[index.count[near] > 0]
+    near = _with_passages(near, index)
     if not len(near):
         return ranked
-    # Nodes this query's other channel scored already are not scored again.
+    scored = _score_passages(store, matrix, passages, index, near, query_vec)
+    best_passage = scored[near]
+    best_of = dict(zip(near.tolist(), best_passage.tolist(), strict=True))
+    best = dict(ranked)
+    for row in top_rows(refs, best_passage, k, None, nodes, near):
+        own, sim = float(whole[row]), best_of[row]
+        if sim > own and math.isfinite(own):
+            ref = refs[row]
+            best[ref] = max(best.get(ref, -math.inf), own + PASSAGE_SHARE * (sim - own))
+    return sorted(best.items(), key=lambda pair: -pair[1])[:k]
+
+
+def _nearest(sims: np.ndarray, want: int) -> np.ndarray:
+    """The rows of the ``want`` highest of ``sims`` (all of them when fewer), unordered."""
+    return (np.argpartition(-sims, want - 1)[:want] if len(sims) > want
+            else np.arange(len(sims)))
+
+
+def _with_passages(near: np.ndarray, index: PassageIndex) -> np.ndarray:
+    """The rows of ``near`` that have passages, ascending (passages are then copied out
+    in the matrix's order: fewer pages touched)."""
+    near = np.sort(near)
+    return near[index.count[near] > 0]
+
+
+def _score_passages(store: Any, matrix: np.ndarray, passages: np.ndarray,
+                    index: PassageIndex, near: np.ndarray, query_vec: np.ndarray
+                    ) -> np.ndarray:
+    """The memo's best-passage cosines (``DenseMemo.best_passages``) with the rows
+    ``near`` filled in; rows this query scored already are not scored again."""
     scored = store._dense_memo.best_passages(matrix, passages, query_vec)
     todo = near[np.isnan(scored[near])]
     if len(todo):
@@ -287,15 +326,53 @@ def with_passages(store: Any, user_id: str, model: str, query_vec: np.ndarray, k
         # Each node's best passage (a NaN one, from a vector's bytes altered on disk, is
         # left out; a node of NaN passages only stays NaN, scored again next time).
         scored[todo] = np.fmax.reduceat(found, offsets)
-    best_passage = scored[near]
-    best_of = dict(zip(near.tolist(), best_passage.tolist(), strict=True))
-    best = dict(ranked)
-    for row in top_rows(refs, best_passage, k, None, nodes, near):
-        own, sim = float(whole[row]), best_of[row]
-        if sim > own and math.isfinite(own):
-            ref = refs[row]
-            best[ref] = max(best.get(ref, -math.inf), own + PASSAGE_SHARE * (sim - own))
-    return sorted(best.items(), key=lambda pair: -pair[1])[:k]
+    return scored
+
+
+def dense_ahead(store: Any, user_id: str, model: str, query_vec: np.ndarray, k: int
+                ) -> Future[None] | None:
+    """Start the unfiltered dense pass of a search over a tenant of at least
+    :data:`AHEAD_ROWS` vectors on a thread of its own, and return it (None: nothing was
+    started, a smaller tenant or no vectors).
+
+    The thread fills ``store._dense_memo`` as :func:`matrix_dense_refs` (``k`` the
+    channel's) would: the cosines over the tenant's matrix and the best passages of its
+    nearest long nodes. It runs no SQL and takes no lock of the store: the matrices and
+    the passage index are read here, in the caller's thread. The search waits for it
+    before its dense channels, which then find their work done. Why: NumPy's products
+    and SQLite's reads both release the GIL, so the pass overlaps the lexical channels'
+    index reads on a second core; a small tenant's pass costs less than a thread's
+    hand-off.
+    """
+    ids, matrix = store.vectors(user_id, model)
+    if len(matrix) < AHEAD_ROWS:
+        return None
+    pids, passages = store.vectors(user_id, passage_model(model))
+    index = PassageIndex.of(store, (user_id, model), ids, pids) if len(passages) else None
+    memo = store._dense_memo
+
+    def run() -> None:
+        whole = memo.cosines(matrix, query_vec)
+        if index is not None:
+            near = _with_passages(_nearest(whole, max(PASSAGE_NODES, k)), index)
+            if len(near):
+                _score_passages(store, matrix, passages, index, near, query_vec)
+
+    return _ahead_pool().submit(run)
+
+
+_ahead: tuple[int, ThreadPoolExecutor] | None = None
+_ahead_lock = threading.Lock()
+
+
+def _ahead_pool() -> ThreadPoolExecutor:
+    """The process's one :func:`dense_ahead` thread (a forked child starts its own: the
+    parent's thread is not in it)."""
+    global _ahead
+    with _ahead_lock:
+        if _ahead is None or _ahead[0] != os.getpid():
+            _ahead = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="memstrata-dense"))
+        return _ahead[1]
 
 
 class PassageIndex:

@@ -259,3 +259,51 @@ def test_kept_best_passages_are_dropped_when_the_tenants_rows_change(tmp_path: P
     store._dense_memo = fresh
     assert store.dense_refs("dev", embedder.name, query, 3) == after
     store.close()
+
+
+def test_a_big_tenants_dense_pass_runs_ahead_on_its_own_thread_with_the_same_ranking(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from memstrata.memory.store import vectors
+
+    embedder = FakeEmbedder()
+    store = _long_tenant(tmp_path / "m.db", embedder)
+    retriever = Retriever(store, embedder)
+    queries = [f"{MIDDLE} word3", "staging password", "topic4w2 topic9w1 Thursday"]
+
+    def run() -> list[list[tuple[str, float]]]:
+        out = []
+        for query in queries:
+            store._dense_memo = vectors.DenseMemo()  # nothing kept from the other pass
+            out.append([(h.id, h.score) for h in retriever.search("dev", query, k=5)])
+        return out
+
+    monkeypatch.setattr(vectors, "AHEAD_ROWS", 10**9)  # too small a tenant: inline
+    inline = run()
+    threads: list[str] = []
+    cosines = vectors.DenseMemo.cosines
+
+    def noted(memo: vectors.DenseMemo, matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+        threads.append(threading.current_thread().name)
+        return cosines(memo, matrix, query)
+
+    monkeypatch.setattr(vectors.DenseMemo, "cosines", noted)
+    monkeypatch.setattr(vectors, "AHEAD_ROWS", 1)
+    assert run() == inline
+    # Each query's pass over the matrix ran ahead, on the dense thread; the search's own
+    # dense channel found it done.
+    ahead = [n for n in threads if n.startswith("memstrata-dense")]
+    assert len(ahead) >= len(queries)
+    store.close()
+
+
+def test_a_forked_process_starts_its_own_dense_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstrata.memory.store import vectors
+
+    pool = vectors._ahead_pool()
+    assert vectors._ahead_pool() is pool  # one a process
+    monkeypatch.setattr(vectors.os, "getpid", lambda: -1)  # as a forked child sees itself
+    child = vectors._ahead_pool()
+    assert child is not pool and child.submit(lambda: 7).result(timeout=10) == 7
+    child.shutdown()
