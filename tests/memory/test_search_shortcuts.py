@@ -69,6 +69,22 @@ def test_kept_nearest_words_follow_new_words_as_a_fresh_expander_finds_them(
     assert vocab.matrix is not None and vocab.matrix.shape == (len(vocab.words), 32)
 
 
+def test_new_words_found_in_one_product_are_each_words_own_nearest(store: Store) -> None:
+    # Several new words' cosines come from one matrix product; each word's nearest words
+    # are those a product of its own finds.
+    _turns(store, [" ".join(WORDS[n:n + 6]) for n in range(0, len(WORDS), 3)])
+    together = TermExpander(store, HashEmbedder())
+    together.expand(U, ["city", "puppy", "violin", "bread"], min_sim=-1.0, per_word=3)
+    alone = TermExpander(store, HashEmbedder())
+    for word in ("city", "puppy", "violin", "bread"):
+        alone.expand(U, [word], min_sim=-1.0, per_word=3)
+    near, apart = together._vocab[U].near, alone._vocab[U].near
+    assert set(near) == set(apart) == {"city", "puppy", "violin", "bread"}
+    for word in near:
+        assert near[word].order.tolist() == apart[word].order.tolist()
+        assert np.allclose(near[word].sims, apart[word].sims, atol=1e-6)
+
+
 def _top(scores: dict[Ref, float], k: int) -> list[tuple[Ref, float]]:
     """The top ``k`` as a search takes them (``Retriever._search``)."""
     return heapq.nlargest(k, ((r, v) for r, v in scores.items() if v > 0), key=itemgetter(1))
