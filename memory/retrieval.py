@@ -222,7 +222,8 @@ class Retriever:
         # A big tenant's dense pass runs on another core while the index is read (the
         # SQLite store's ``dense_ahead``; PostgreSQL ranks in the database).
         ahead = getattr(self.store, "dense_ahead", None)
-        started = (ahead(user_id, self.embedder.name, query_vec, w.pool)
+        started = (ahead(user_id, self.embedder.name, query_vec, w.pool,
+                         qa.speakers if w.speaker_channels and "turn" in nodes else ())
                    if ahead is not None and query_vec is not None and w.dense
                    and allowed is None and self.embedder is not None else None)
         # Expansion terms are found after the first bm25 run (``_lexical_channels``), so

@@ -183,11 +183,12 @@ class VectorStore(NodeLookups, EmbeddingWrites):
         return matrix_dense_refs(self, user_id, model, query_vec, k, allowed=allowed,
                                  nodes=nodes, speaker=speaker)
 
-    def dense_ahead(self, user_id: str, model: str, query_vec: np.ndarray, k: int
-                    ) -> Future[None] | None:
-        """Start a big tenant's unfiltered dense pass on a thread of its own (see
-        :func:`dense_ahead`); None when none was started."""
-        return dense_ahead(self, user_id, model, query_vec, k)
+    def dense_ahead(self, user_id: str, model: str, query_vec: np.ndarray, k: int,
+                    speakers: Sequence[str] = ()) -> Future[None] | None:
+        """Start a big tenant's dense pass, unfiltered and within each of ``speakers``'
+        turns, on a thread of its own (see :func:`dense_ahead`); None when none was
+        started."""
+        return dense_ahead(self, user_id, model, query_vec, k, speakers)
 
     def _speakers_by_ref(self, user_id: str) -> dict[Ref, str | None]:
         """The speaker of every turn and item of the tenant, by ref (covering index
@@ -329,32 +330,41 @@ def _score_passages(store: Any, matrix: np.ndarray, passages: np.ndarray,
     return scored
 
 
-def dense_ahead(store: Any, user_id: str, model: str, query_vec: np.ndarray, k: int
-                ) -> Future[None] | None:
+def dense_ahead(store: Any, user_id: str, model: str, query_vec: np.ndarray, k: int,
+                speakers: Sequence[str] = ()) -> Future[None] | None:
     """Start the unfiltered dense pass of a search over a tenant of at least
     :data:`AHEAD_ROWS` vectors on a thread of its own, and return it (None: nothing was
     started, a smaller tenant or no vectors).
 
     The thread fills ``store._dense_memo`` as :func:`matrix_dense_refs` (``k`` the
-    channel's) would: the cosines over the tenant's matrix and the best passages of its
-    nearest long nodes. It runs no SQL and takes no lock of the store: the matrices and
-    the passage index are read here, in the caller's thread. The search waits for it
-    before its dense channels, which then find their work done. Why: NumPy's products
-    and SQLite's reads both release the GIL, so the pass overlaps the lexical channels'
-    index reads on a second core; a small tenant's pass costs less than a thread's
-    hand-off.
+    channel's) would, for the whole tenant and then within each of ``speakers``' turns:
+    the cosines over the tenant's matrix and the best passages of its nearest long nodes.
+    It runs no SQL and takes no lock of the store: the matrices, the speakers and the
+    passage index are read here, in the caller's thread. The search waits for it before
+    its dense channels, which then find their work done. Why: NumPy's products and
+    SQLite's reads both release the GIL, so the pass overlaps the lexical channels' index
+    reads on a second core; a small tenant's pass costs less than a thread's hand-off.
     """
     ids, matrix = store.vectors(user_id, model)
     if len(matrix) < AHEAD_ROWS:
         return None
     pids, passages = store.vectors(user_id, passage_model(model))
     index = PassageIndex.of(store, (user_id, model), ids, pids) if len(passages) else None
+    said = store.vector_speakers(user_id, model) if speakers and index is not None else None
     memo = store._dense_memo
+    want = max(PASSAGE_NODES, k)
 
     def run() -> None:
         whole = memo.cosines(matrix, query_vec)
-        if index is not None:
-            near = _with_passages(_nearest(whole, max(PASSAGE_NODES, k)), index)
+        if index is None:
+            return
+        nearest = [_nearest(whole, want)]
+        for speaker in speakers if said is not None else ():
+            rows = memo.speaker_rows(said, speaker)  # as with_passages takes them
+            if len(rows):
+                nearest.append(rows[_nearest(whole[rows], want)])
+        for near in nearest:
+            near = _with_passages(near, index)
             if len(near):
                 _score_passages(store, matrix, passages, index, near, query_vec)
 

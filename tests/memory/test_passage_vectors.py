@@ -270,7 +270,10 @@ def test_a_big_tenants_dense_pass_runs_ahead_on_its_own_thread_with_the_same_ran
     embedder = FakeEmbedder()
     store = _long_tenant(tmp_path / "m.db", embedder)
     retriever = Retriever(store, embedder)
-    queries = [f"{MIDDLE} word3", "staging password", "topic4w2 topic9w1 Thursday"]
+    # The last two name the tenant's speaker (its turns are all the user's): their
+    # speaker channels' passes run ahead too.
+    queries = [f"{MIDDLE} word3", "staging password", "topic4w2 topic9w1 Thursday",
+               "What did I say about the staging password?", "user word5 Variant"]
 
     def run() -> list[list[tuple[str, float]]]:
         out = []
@@ -288,13 +291,22 @@ def test_a_big_tenants_dense_pass_runs_ahead_on_its_own_thread_with_the_same_ran
         threads.append(threading.current_thread().name)
         return cosines(memo, matrix, query)
 
+    rows_of = vectors.DenseMemo.speaker_rows
+    speakers: list[str] = []
+
+    def rows_noted(memo: vectors.DenseMemo, said: np.ndarray, speaker: str) -> np.ndarray:
+        speakers.append(threading.current_thread().name)
+        return rows_of(memo, said, speaker)
+
     monkeypatch.setattr(vectors.DenseMemo, "cosines", noted)
+    monkeypatch.setattr(vectors.DenseMemo, "speaker_rows", rows_noted)
     monkeypatch.setattr(vectors, "AHEAD_ROWS", 1)
     assert run() == inline
     # Each query's pass over the matrix ran ahead, on the dense thread; the search's own
     # dense channel found it done.
     ahead = [n for n in threads if n.startswith("memstrata-dense")]
     assert len(ahead) >= len(queries)
+    assert any(n.startswith("memstrata-dense") for n in speakers)  # a speaker's pass too
     store.close()
 
 
