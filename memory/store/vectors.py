@@ -23,15 +23,14 @@ column, ranked in the database, where the server has the extension)."""
 from __future__ import annotations
 
 import math
-import os
-import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
+from .. import ahead
 from ..blas import one_blas_thread
 from .kept_vectors import KEPT_TENANTS, KeptVectors
 from .nodes import NodeLookups
@@ -50,8 +49,8 @@ PASSAGE_NODES = 2_000
 """Nodes nearest by their own vectors whose passages a dense search scores (see
 :func:`with_passages`)."""
 AHEAD_ROWS = 5_000
-"""Vectors a tenant has at least for a search to start its dense pass ahead, on a thread
-of its own (:func:`dense_ahead`)."""
+"""Vectors a tenant has at least for a search to start its dense pass ahead, on the ahead
+thread (:func:`dense_ahead`)."""
 
 
 def long_passages(store: Any, users: Sequence[str], ids: Sequence[str], model: str
@@ -186,7 +185,7 @@ class VectorStore(NodeLookups, EmbeddingWrites):
     def dense_ahead(self, user_id: str, model: str, query_vec: np.ndarray, k: int,
                     speakers: Sequence[str] = ()) -> Future[None] | None:
         """Start a big tenant's dense pass, unfiltered and within each of ``speakers``'
-        turns, on a thread of its own (see :func:`dense_ahead`); None when none was
+        turns, on the ahead thread (see :func:`dense_ahead`); None when none was
         started."""
         return dense_ahead(self, user_id, model, query_vec, k, speakers)
 
@@ -333,8 +332,8 @@ def _score_passages(store: Any, matrix: np.ndarray, passages: np.ndarray,
 def dense_ahead(store: Any, user_id: str, model: str, query_vec: np.ndarray, k: int,
                 speakers: Sequence[str] = ()) -> Future[None] | None:
     """Start the unfiltered dense pass of a search over a tenant of at least
-    :data:`AHEAD_ROWS` vectors on a thread of its own, and return it (None: nothing was
-    started, a smaller tenant or no vectors).
+    :data:`AHEAD_ROWS` vectors on the ahead thread (:mod:`memstrata.memory.ahead`), and
+    return it (None: nothing was started, a smaller tenant or no vectors).
 
     The thread fills ``store._dense_memo`` as :func:`matrix_dense_refs` (``k`` the
     channel's) would, for the whole tenant and then within each of ``speakers``' turns:
@@ -368,21 +367,7 @@ def dense_ahead(store: Any, user_id: str, model: str, query_vec: np.ndarray, k: 
             if len(near):
                 _score_passages(store, matrix, passages, index, near, query_vec)
 
-    return _ahead_pool().submit(run)
-
-
-_ahead: tuple[int, ThreadPoolExecutor] | None = None
-_ahead_lock = threading.Lock()
-
-
-def _ahead_pool() -> ThreadPoolExecutor:
-    """The process's one :func:`dense_ahead` thread (a forked child starts its own: the
-    parent's thread is not in it)."""
-    global _ahead
-    with _ahead_lock:
-        if _ahead is None or _ahead[0] != os.getpid():
-            _ahead = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="memstrata-dense"))
-        return _ahead[1]
+    return ahead.submit(run)
 
 
 class PassageIndex:

@@ -265,6 +265,7 @@ def test_a_big_tenants_dense_pass_runs_ahead_on_its_own_thread_with_the_same_ran
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
+    from memstrata.memory.ahead import THREAD_NAME
     from memstrata.memory.store import vectors
 
     embedder = FakeEmbedder()
@@ -304,18 +305,18 @@ def test_a_big_tenants_dense_pass_runs_ahead_on_its_own_thread_with_the_same_ran
     assert run() == inline
     # Each query's pass over the matrix ran ahead, on the dense thread; the search's own
     # dense channel found it done.
-    ahead = [n for n in threads if n.startswith("memstrata-dense")]
+    ahead = [n for n in threads if n.startswith(THREAD_NAME)]
     assert len(ahead) >= len(queries)
-    assert any(n.startswith("memstrata-dense") for n in speakers)  # a speaker's pass too
+    assert any(n.startswith(THREAD_NAME) for n in speakers)  # a speaker's pass too
     store.close()
 
 
-def test_a_forked_process_starts_its_own_dense_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    from memstrata.memory.store import vectors
+def test_a_forked_process_starts_its_own_ahead_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstrata.memory import ahead
 
-    pool = vectors._ahead_pool()
-    assert vectors._ahead_pool() is pool  # one a process
-    monkeypatch.setattr(vectors.os, "getpid", lambda: -1)  # as a forked child sees itself
-    child = vectors._ahead_pool()
-    assert child is not pool and child.submit(lambda: 7).result(timeout=10) == 7
+    pool = ahead._executor()
+    assert ahead._executor() is pool  # one a process
+    monkeypatch.setattr(ahead.os, "getpid", lambda: -1)  # as a forked child sees itself
+    child = ahead._executor()
+    assert child is not pool and ahead.submit(lambda: 7).result(timeout=10) == 7
     child.shutdown()
