@@ -26,7 +26,11 @@ _lock = threading.Lock()
 
 def submit(fn: Callable[[], T]) -> Future[T]:
     """Run ``fn`` on the process's ahead thread; its future holds the result (or the
-    exception it raised)."""
+    exception it raised).
+
+    Raises:
+        RuntimeError: the interpreter is shutting down (no new work is taken).
+    """
     return _executor().submit(fn)
 
 

@@ -367,7 +367,10 @@ def dense_ahead(store: Any, user_id: str, model: str, query_vec: np.ndarray, k: 
             if len(near):
                 _score_passages(store, matrix, passages, index, near, query_vec)
 
-    return ahead.submit(run)
+    try:
+        return ahead.submit(run)
+    except RuntimeError:  # the interpreter is shutting down: the search runs it inline
+        return None
 
 
 class PassageIndex:
