@@ -320,3 +320,23 @@ def test_a_forked_process_starts_its_own_ahead_thread(monkeypatch: pytest.Monkey
     child = ahead._executor()
     assert child is not pool and ahead.submit(lambda: 7).result(timeout=10) == 7
     child.shutdown()
+
+
+def test_a_search_at_interpreter_shutdown_runs_its_dense_pass_inline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstrata.memory import ahead
+    from memstrata.memory.store import vectors
+
+    embedder = FakeEmbedder()
+    store = _long_tenant(tmp_path / "m.db", embedder)
+    retriever = Retriever(store, embedder)
+    expected = [h.id for h in retriever.search("dev", MIDDLE, k=5)]
+
+    def closed(fn: object) -> None:
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(vectors, "AHEAD_ROWS", 1)
+    monkeypatch.setattr(ahead, "submit", closed)
+    store._dense_memo = vectors.DenseMemo()
+    assert [h.id for h in retriever.search("dev", MIDDLE, k=5)] == expected
+    store.close()
