@@ -261,6 +261,13 @@ def test_kept_best_passages_are_dropped_when_the_tenants_rows_change(tmp_path: P
     store.close()
 
 
+def _searched(path: Path) -> tuple[Store, Retriever]:
+    """A tenant of long messages and a retriever over it with the shipped weights."""
+    embedder = FakeEmbedder()
+    store = _long_tenant(path, embedder)
+    return store, Retriever(store, embedder)
+
+
 def test_a_big_tenants_dense_pass_runs_ahead_on_its_own_thread_with_the_same_ranking(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
@@ -268,9 +275,7 @@ def test_a_big_tenants_dense_pass_runs_ahead_on_its_own_thread_with_the_same_ran
     from memstrata.memory.ahead import THREAD_NAME
     from memstrata.memory.store import vectors
 
-    embedder = FakeEmbedder()
-    store = _long_tenant(tmp_path / "m.db", embedder)
-    retriever = Retriever(store, embedder)
+    store, retriever = _searched(tmp_path / "m.db")
     # The last two name the tenant's speaker (its turns are all the user's): their
     # speaker channels' passes run ahead too.
     queries = [f"{MIDDLE} word3", "staging password", "topic4w2 topic9w1 Thursday",
@@ -327,9 +332,7 @@ def test_a_search_at_interpreter_shutdown_runs_its_dense_pass_inline(
     from memstrata.memory import ahead
     from memstrata.memory.store import vectors
 
-    embedder = FakeEmbedder()
-    store = _long_tenant(tmp_path / "m.db", embedder)
-    retriever = Retriever(store, embedder)
+    store, retriever = _searched(tmp_path / "m.db")
     expected = [h.id for h in retriever.search("dev", MIDDLE, k=5)]
 
     def closed(fn: object) -> None:
