@@ -39,6 +39,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from functools import cache, partial
 from operator import itemgetter
 from typing import Any, Literal, TypedDict
 
@@ -227,14 +228,8 @@ class Retriever:
                    if ahead is not None and query_vec is not None and w.dense
                    and allowed is None and self.embedder is not None else None)
         # Expansion terms are found after the first bm25 run (``_lexical_channels``), so
-        # that run's index reads overlap a dense pass started ahead.
-        found: list[list[str]] = []
-
-        def expand() -> list[str]:
-            if not found:
-                found.append(self._expansion_terms(user_id, qa))
-            return found[0]
-
+        # that run's index reads overlap a dense pass started ahead; once a search.
+        expand = cache(partial(self._expansion_terms, user_id, qa))
         for node in nodes:
             rankings += self._lexical_channels(user_id, qa, node, filters, expand)
         expansion = expand()
