@@ -29,7 +29,7 @@ STOP_WORDS: frozenset[str] = frozenset(
     that's the their theirs them themselves then there there's these they they'd they'll
     they're they've this those through to too under until up very was wasn't we we'd we'll
     we're we've were weren't what what's when when's where where's which while who who's
-    whom why why's with won't would wouldn't you you'd you'll you're you've your yours
+    whom why why's with won't would wouldn't us you you'd you'll you're you've your yours
     yourself yourselves also just really yeah yes oh hey hi hello ok okay thanks thank wow
     gonna wanna got get like well much many lot lots thing things something anything
     everything kind sort im ive id youre dont didnt doesnt isnt wasnt cant wont thats whats

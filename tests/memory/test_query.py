@@ -148,6 +148,9 @@ def test_tokens_lowercase_stem_and_drop_stop_words() -> None:
     assert tokens("Running runs RUN") == ["run", "run", "run"]
     assert tokens("the and of a is it what when who") == []
     assert tokens("I'm gonna, like, yeah") == []
+    # Every first-person plural pronoun is a stop-word, "us" as well as "we" and "our":
+    # otherwise "US" (the country, lower-cased) matches every "us" of a chat.
+    assert tokens("we told us about our trip") == ["told", "trip"]
     assert tokens("") == []
     assert tokens("🎻 !!! ...") == []
     assert tokens("Caroline's") == tokens("Caroline’s") == tokens("carolines")
