@@ -142,8 +142,12 @@ _ID = re.compile(r"[A-Za-z]+\d*:\d+")  # source turn ids ("s1:3"), never times
 _DATEISH = re.compile(
     rf"\d|\b(?:{_MONTH_RE}|{_WEEKDAYS}|mon|tue|wed|thu|fri|sat|sun|day|week|fortnight|month|"
     r"year|yesterday|today|tomorrow|tonight|night|morning|afternoon|evening|ago)s?\b", re.I)
+_MONTH_WORD = re.compile(rf"\b(?:{_MONTH_RE})\b", re.I)
 _PAST_TENSE = re.compile(r"\b(?:ago|last|yesterday|previous|past|earlier)\b", re.I)
 _MAX_DISTANCE = timedelta(days=round(120 * 365.25))
+_AHEAD = timedelta(days=92)
+"""How far ahead of the day it was said a day named without its year may fall (a
+quarter): "on March 3" said on 11 February is this year's March 3."""
 
 
 def normalise_time(phrase: str, base: datetime,
@@ -380,10 +384,31 @@ def _dateparser(core: str, base: datetime, style: DateStyle = DEFAULT_DATE_STYLE
     elif granularity == "year":
         start, end = _year_range(when.year)
     else:
+        if _MONTH_WORD.search(core) and not re.search(r"\d{4}", core):
+            when = _nearest_year(when, base)
         start, end = _day_range(when)
     # A phrase that names no year took its year from the base.
     return ((start, end, granularity), _say(start, granularity, style),
             not re.search(r"\d{4}", core))
+
+
+def _nearest_year(when: datetime, base: datetime) -> datetime:
+    """A day named by month and day alone ("February 15"): the next one when it is at
+    most :data:`_AHEAD` away and nearer than the last one, else the last one.
+
+    dateparser prefers the past, which suits a chat's recollections, a month ("in May")
+    and a weekday said alone; but a day said four days before it is that day, not the
+    one a year back. Further ahead, a plan and a memory are equally likely, and the past
+    reading stands."""
+    for year in (base.year, base.year + 1):
+        try:
+            ahead = when.replace(year=year)
+        except ValueError:  # 29 February, not in this year
+            continue
+        # dateparser gave the last one before the base, so a later one is ahead of it.
+        if ahead > when and ahead - base <= _AHEAD and ahead - base < base - when:
+            return ahead
+    return when
 
 
 def _partial(core: str, base: datetime, style: DateStyle) -> _Reading | None:

@@ -69,7 +69,19 @@ CASES = [
      "the summer of 2023", True),
     ("last May", MON_8_MAY, date(2022, 5, 1), date(2022, 5, 31), "month", "May 2022", True),
     # Shapes only dateparser reads: its reading stands, its period is the granularity.
-    ("on 5 June", MON_8_MAY, date(2022, 6, 5), date(2022, 6, 5), "day", "5 June 2022", True),
+    # A day without its year: the last one, unless the next is within a quarter and
+    # nearer ("I plan to return on July 20", said on 9 July).
+    ("on 5 June", MON_17_JULY, date(2023, 6, 5), date(2023, 6, 5), "day", "5 June 2023", True),
+    ("on 5 June", OCT_15, date(2023, 6, 5), date(2023, 6, 5), "day", "5 June 2023", True),
+    ("on 5 June", MON_8_MAY, date(2023, 6, 5), date(2023, 6, 5), "day", "5 June 2023", True),
+    ("on May 10", MON_8_MAY, date(2023, 5, 10), date(2023, 5, 10), "day", "10 May 2023",
+     True),
+    ("January 2", DEC_20, date(2024, 1, 2), date(2024, 1, 2), "day", "2 January 2024", True),
+    ("on 5 June", JAN_10, date(2023, 6, 5), date(2023, 6, 5), "day", "5 June 2023", True),
+    ("29 February", JAN_10, date(2024, 2, 29), date(2024, 2, 29), "day", "29 February 2024",
+     True),
+    ("29 February", MON_8_MAY, date(2020, 2, 29), date(2020, 2, 29), "day", "29 February 2020",
+     True),
     ("in May", DEC_20, date(2023, 5, 1), date(2023, 5, 31), "month", "May 2023", True),
     ("the day before yesterday", MON_8_MAY, date(2023, 5, 6), date(2023, 5, 6), "day",
      "6 May 2023", True),
