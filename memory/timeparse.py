@@ -20,12 +20,14 @@ phrase the regexes resolved. Measured disagreements, all won by the regex resolv
 - "last/this/next weekend", "n weekends ago": dateparser reads nothing.
 
 Conventions: weeks run Monday to Sunday; "last weekend" is the weekend of the previous
-week; "last Saturday" is the latest Saturday strictly before the base; seasons are
-northern-hemisphere meteorological (winter Y = December Y to February Y+1). Spans are
-whole days, in UTC, ``end`` inclusive (23:59:59 of the last day). The restatement
-(``TimeSpan.resolved``) writes its dates in a date style (``memory.dates``): ISO by
-default ("the week before 2023-06-09", "2022-12"), or "long" ("the week before
-9 June 2023", "December 2022"); a restatement in either style reads back to its own span.
+week; "last Saturday" is the latest Saturday strictly before the base; a day named
+without its year ("on 5 June") is the last one, or the next one when that is at most a
+quarter ahead and nearer; seasons are northern-hemisphere meteorological (winter Y =
+December Y to February Y+1). Spans are whole days, in UTC, ``end`` inclusive (23:59:59
+of the last day). The restatement (``TimeSpan.resolved``) writes its dates in a date
+style (``memory.dates``): ISO by default ("the week before 2023-06-09", "2022-12"), or
+"long" ("the week before 9 June 2023", "December 2022"); a restatement in either style
+reads back to its own span.
 """
 
 from __future__ import annotations
