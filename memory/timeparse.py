@@ -377,6 +377,8 @@ def _dateparser(core: str, base: datetime, style: DateStyle = DEFAULT_DATE_STYLE
     if data.date_obj is None or data.period == "time":  # a clock time names no day
         return None
     when = data.date_obj.replace(tzinfo=UTC)
+    # A phrase that names no year took its year from the base.
+    relative = not re.search(r"\d{4}", core)
     granularity = cast(Granularity, data.period if data.period in ("week", "month", "year")
                        else "day")  # "day", or a part of one ("yesterday morning")
     if granularity == "week":
@@ -386,12 +388,10 @@ def _dateparser(core: str, base: datetime, style: DateStyle = DEFAULT_DATE_STYLE
     elif granularity == "year":
         start, end = _year_range(when.year)
     else:
-        if _MONTH_WORD.search(core) and not re.search(r"\d{4}", core):
+        if relative and _MONTH_WORD.search(core):
             when = _nearest_year(when, base)
         start, end = _day_range(when)
-    # A phrase that names no year took its year from the base.
-    return ((start, end, granularity), _say(start, granularity, style),
-            not re.search(r"\d{4}", core))
+    return (start, end, granularity), _say(start, granularity, style), relative
 
 
 def _nearest_year(when: datetime, base: datetime) -> datetime:
