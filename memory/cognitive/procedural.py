@@ -106,8 +106,9 @@ def parse_steps(text: str) -> tuple[str, list[str]] | None:
 
     Steps are numbered 1, 2, ... (at least two, consecutive): one per line ("1. ...",
     "2) ...", "Step 3: ...") or inline ("1. Install it. 2. Run it."). The name is the
-    sentence just before step 1, without a leading "To" or a trailing colon
-    ("To publish a site with Quarry:" -> "publish a site with Quarry"); "" if none.
+    sentence just before step 1 when it introduces them, without a leading "To" or a
+    trailing colon ("To publish a site with Quarry:" -> "publish a site with Quarry");
+    "" if none does (a statement ending in a full stop introduces nothing).
     """
     for pattern in (_STEP_LINE, _INLINE):
         found = _numbered(text, pattern)
@@ -143,13 +144,20 @@ def _numbered(text: str, pattern: re.Pattern[str]) -> tuple[int, list[str]] | No
     return None
 
 
+_HOW_TO = re.compile(r"^(?:here(?:'s| is) how to|how to|to)\s+", re.I)
+
+
 def _name(before: str) -> str:
-    """The last sentence of ``before``, without "To" and the trailing colon."""
+    """The last sentence of ``before`` when it introduces the steps, without "To" and the
+    trailing colon: one ending in a colon, a heading (no closing stop) or a "to ..."
+    phrase. A statement ("Older guides use init.") names nothing: ""."""
     sentences = [s.strip() for s in _SENTENCE_END.split(before) if s.strip()]
     if not sentences:
         return ""
-    name = sentences[-1].rstrip(":").strip()
-    return re.sub(r"^(?:here(?:'s| is) how to|how to|to)\s+", "", name, flags=re.I)
+    last = sentences[-1]
+    if last[-1] in ".!?" and not _HOW_TO.match(last):
+        return ""
+    return _HOW_TO.sub("", last.rstrip(":").strip())
 
 
 def parse_prerequisites(text: str) -> list[str]:

@@ -68,6 +68,14 @@ def test_read_writes_every_type_it_concerns(mind: CognitiveMemory) -> None:
     assert procedure.prerequisites and "tidectl 2.1" in procedure.prerequisites[0]
 
 
+def test_a_procedure_after_a_statement_is_named_by_its_title(mind: CognitiveMemory) -> None:
+    report = mind.read("Older guides use init; it was removed in 3.0. Step 1. Run tidectl new. "
+                       "Step 2. Run tidectl serve.", title="Getting started")
+    procedure = mind.store.get(U, report.procedure_id or "")
+    assert procedure is not None and procedure.title == "Getting started"
+    assert procedure.text.startswith("Getting started:\n1. Run tidectl new")
+
+
 def test_read_refuses_empty_text(mind: CognitiveMemory) -> None:
     with pytest.raises(ValueError, match="empty"):
         mind.read("   ")

@@ -117,6 +117,11 @@ def test_tenants_never_see_each_others_procedures(store: Store) -> None:
      "brew tea", ["boil water", "steep for 3 minutes"]),
     ("Intro.\n1. old list\n3. not consecutive\nMaking tea:\n1. Boil water\n2. Pour it",
      "Making tea", ["Boil water", "Pour it"]),
+    # A statement before the steps is not their name: the reader names it by its title.
+    ("Older guides use init; it was removed in 3.0. Step 1. Install Quarry. "
+     "Step 2. Run quarry build. Step 3. Upload the site folder.", "", PUBLISH),
+    ("Is it hard? 1. Install Quarry\n2. Run quarry build\n3. Upload the site folder",
+     "", PUBLISH),
 ])
 def test_parse_steps_formats(text: str, name: str, steps: list[str]) -> None:
     assert parse_steps(text) == (name, steps)
