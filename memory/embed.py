@@ -140,6 +140,14 @@ def _skip_disabled_bars() -> None:
     m2v.tqdm = tqdm
 
 
+def _one_piece(tokenizer: Any, word: str) -> bool:
+    """Whether a transformers tokenizer keeps ``word`` whole (not split into sub-word
+    pieces: "xyzzy" is ``x ##y ##zzy``, nor unknown), so the encoder knows its meaning:
+    search's relevance counts a query word no memory holds only when the encoder knows it."""
+    pieces = tokenizer.tokenize(word)
+    return len(pieces) == 1 and pieces[0] != tokenizer.unk_token
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 through sentence-transformers on the CPU (offline).
 
@@ -162,6 +170,11 @@ class MiniLMEmbedder:
 
         self.batch_size = batch_size
         self._model = st.SentenceTransformer(model_path(), device="cpu")
+
+    def knows(self, word: str) -> bool:
+        """Whether ``word`` is one token of the encoder's vocabulary (see
+        :func:`_one_piece`)."""
+        return _one_piece(self._model.tokenizer, word)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Encode texts to unit vectors."""
@@ -202,10 +215,9 @@ class MPNetEmbedder:
                                              local_files_only=True)
 
     def knows(self, word: str) -> bool:
-        """Whether ``word`` is one token of the encoder's vocabulary (not split into
-        sub-word pieces: "xyzzy" is ``x ##y ##zzy``), so its vector carries its meaning."""
-        pieces = self._model.tokenizer.encode(word, add_special_tokens=False).tokens
-        return len(pieces) == 1 and pieces[0] != self._model.tokenizer.model.unk_token
+        """Whether ``word`` is one token of the encoder's vocabulary (see
+        :func:`_one_piece`)."""
+        return _one_piece(self._model.tokenizer, word)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Encode texts to unit vectors."""

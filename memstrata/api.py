@@ -151,8 +151,12 @@ class Memory:
             lm: a model choice as ``setup_lm`` takes it (``local/qwen2.5-coder-1.5b``,
                 ``openai/gpt-4o-mini``, ...), a ``dspy.LM``, a ``ModelHandle``, or None
                 (no extraction and no answers; never an error here).
-            embedder: ``"default"`` (the static model shipped in the package), any
-                ``Embedder``, or None (no dense channel).
+            embedder: ``"default"`` (the static model shipped in the package),
+                ``"minilm"`` or ``"mpnet"`` (the transformers, extras of those names: better
+                dense recall on chat data, ingest far slower; see the retrieval guide), the
+                folder of a model2vec static model, any ``Embedder``, or None (no dense
+                channel). A store is searched with the model that embedded it: open it
+                with the same one.
             ingest: chunking and call-cap settings of extraction.
             programs: compiled programs to use, by name, each a program file of
                 ``memstrata compile``: ``{"qa": "qa.json"}`` (``answer`` answers with that
@@ -180,11 +184,12 @@ class Memory:
             ValueError: a program this memory does not use, or a file that is not that
                 program (or fails its hash check); a URL of a scheme memstrata does not
                 serve (the message names the scheme, never the password); an unknown
-                ``durability`` or ``extraction``. Nothing is opened then.
+                ``durability``, ``extraction`` or embedder name. Nothing is opened then.
             StoreError: the file or the database cannot be opened (a folder that does not
                 exist; an unreachable server or a refused login: the message names the
                 server without its password; nothing is written).
-            MissingExtraError: a URL without the ``postgres`` extra installed.
+            MissingExtraError: a URL without the ``postgres`` extra installed, or a named
+                embedder without its extra.
         """
         _compiled_programs(programs or {})  # a bad file fails before the store opens
         settings = ExtractionSettings.of(extraction)

@@ -116,6 +116,33 @@ def test_every_write_path_is_embedded() -> None:
     assert ids[int(np.argmax(matrix @ query))] == item_id
 
 
+def test_an_embedder_is_chosen_by_name(tmp_path) -> None:
+    from memstrata.memory.embed import default_embedder
+
+    with pytest.raises(ValueError, match="unknown embedder 'minlm'"):
+        Memory.open(tmp_path / "typo.db", embedder="minlm")
+    assert not (tmp_path / "typo.db").exists()  # nothing opened
+    m = Memory.open(tmp_path / "static.db", embedder="static")
+    assert m.store.embedder is default_embedder()
+    m.close()
+
+
+@pytest.mark.slow
+def test_the_transformer_embeds_every_write_when_named(tmp_path) -> None:
+    pytest.importorskip("sentence_transformers")
+    m = Memory.open(tmp_path / "minilm.db", embedder="minilm")
+    m.add([{"role": "user", "content": "I keep bees on the roof"}], user_id="u",
+          infer=False)
+    ids, matrix = m.store.vectors("u", "all-MiniLM-L6-v2")
+    assert len(ids) == 1 and matrix.shape == (1, 384)
+    # No word in common: the transformer's cosine carries it over the cut.
+    assert [h.text for h in m.search("where is the hive?", user_id="u")] == [
+        "I keep bees on the roof"]
+    assert m.search("xyzzy plugh", user_id="u") == []
+    assert m.store.embedder.knows("hive") and not m.store.embedder.knows("xyzzy")
+    m.close()
+
+
 def test_add_batches_extraction_into_full_chunks(scripted) -> None:
     handle = scripted(answering)
     m = Memory(Memory.open(":memory:").store, lm=handle, extraction="sync")  # facts in add

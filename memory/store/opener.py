@@ -68,6 +68,10 @@ def open_store(target: str | Path, *, embedder: Any = "default",
     is a SQLite file path (``":memory:"`` included; ``~`` expanded; ``options`` go to
     ``Store.open``).
 
+    ``embedder``: ``"default"`` (the shipped static model, loaded on first use), a name
+    :func:`~memstrata.memory.embed.embedder_by_name` knows (``"minilm"``, ``"mpnet"``, a
+    model2vec folder), an ``Embedder``, or None (no vectors).
+
     ``durability``: ``"normal"`` (the default: SQLite's ``synchronous=NORMAL`` in WAL
     mode; a commit survives a crash of the process, and the file stays consistent after a
     power loss, which may take the last commits with it) or ``"full"``
@@ -78,9 +82,10 @@ def open_store(target: str | Path, *, embedder: Any = "default",
     Raises:
         ValueError: a URL of a scheme memstrata does not serve (``mysql://``,
             ``postgresql+psycopg://``, ``sqlite:///...``: the message names the scheme,
-            not the URL), an empty path, or an unknown ``durability``.
-        MissingExtraError: a URL, and psycopg is not installed (the message names the
-            extra to install).
+            not the URL), an empty path, an unknown ``durability`` or embedder name
+            (nothing is opened).
+        MissingExtraError: a URL, and psycopg is not installed, or a named embedder whose
+            extra is not installed (the message names the extra to install).
         StoreError: the file or the database cannot be opened (a SQLite file whose folder
             does not exist included: no folder is created); for a URL the message names
             the server without its password, and nothing was written.
@@ -88,6 +93,10 @@ def open_store(target: str | Path, *, embedder: Any = "default",
     if durability not in DURABILITY:
         raise ValueError(f"durability must be one of {', '.join(DURABILITY)}, not "
                          f"{durability!r}")
+    if isinstance(embedder, str) and embedder != "default":
+        from ..embed import embedder_by_name
+
+        embedder = embedder_by_name(embedder)  # a bad name fails before anything opens
     if is_url(target):
         from .pg import PgStore
 

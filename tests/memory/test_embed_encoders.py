@@ -277,3 +277,16 @@ def test_mpnet_cache_holds_the_upstream_weights(mpnet: MPNetEmbedder) -> None:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     # sentence-transformers/all-mpnet-base-v2 at e8c3b32: its LFS SHA-256.
     assert digest == "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
+
+
+def test_a_transformer_knows_a_word_its_tokenizer_keeps_whole() -> None:
+    from memstrata.memory.embed import _one_piece
+
+    class Pieces:  # a transformers tokenizer's two members this reads
+        unk_token = "[UNK]"
+
+        def tokenize(self, word: str) -> list[str]:
+            return {"hive": ["hive"], "xyzzy": ["x", "##y", "##zzy"]}.get(word, ["[UNK]"])
+
+    assert _one_piece(Pieces(), "hive")
+    assert not _one_piece(Pieces(), "xyzzy") and not _one_piece(Pieces(), "€€")
