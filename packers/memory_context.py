@@ -154,10 +154,16 @@ def _recalled_line(r: Recalled) -> MemoryLine:
 
 def read_lines(mind: CognitiveMemory, query: str, *, k: int
                ) -> tuple[list[MemoryLine], list[MemoryLine]]:
-    """Semantic facts and episodes, then procedures, recalled for ``query``."""
+    """Semantic facts and episodes, then procedures, recalled for ``query``; an episode
+    whose first sentence is a fact listed beside it is left out."""
     # No hops: a walk along similar_to edges costs more than the search itself on a
     # tenant of many similar facts; a contradicting report still comes with its partner.
     found = recall(mind, query, k=k, hops=0) if k else []
+    # An episode ("Read TITLE on DAY: its first sentence") beside that sentence's fact
+    # says again what the fact's head says (the document and the day).
+    said = {r.text for r in found if r.kind == "semantic"}
+    found = [r for r in found if not (r.kind == "episodic" and any(
+        r.text.endswith(f": {text}") for text in said))]
     facts = [_recalled_line(r) for r in found if r.kind in READ_KINDS]
     procedures = [_recalled_line(r) for r in found if r.kind == "procedural"]
     return facts, procedures

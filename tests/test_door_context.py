@@ -59,6 +59,13 @@ def test_every_layer_is_packed_with_ids_that_resolve(memory: Memory) -> None:
     assert "noisy" not in ctx.text  # ben's turn
 
 
+def test_what_was_read_shows_each_sentence_once(memory: Memory) -> None:
+    ctx = memory.context("Which tram runs through Alfama?", user_id=ANA, budget=600)
+    read = ctx.text.split(HEADERS["semantic"])[1].split("\n\n")[0]
+    assert read.count("The tram 28 runs through Alfama.") == 1  # no episode repeating it
+    assert "Read Lisbon tram guide" not in read
+
+
 @pytest.mark.parametrize("budget", [0, 30, 60, 120, 250, 600])
 def test_the_block_never_exceeds_its_budget(memory: Memory, budget: int) -> None:
     ctx = memory.context(QUERY, user_id=ANA, budget=budget)
