@@ -3,10 +3,8 @@
 Each line carries its provenance, ``[s3:7 · Ana · 2023-05-08] text``, with relative
 times resolved against that date ("last week [the week before 2023-05-08]"), dates
 written in a date style (``memory.dates``: ISO by default, or "long", ``8 May 2023``,
-where a benchmark's answer key wants it). Duplicates are dropped: a line whose text,
-once normalised, another line had, or whose words a line already packed says in the same
-order, by the same speaker on the same day (a fact read from a document the block already
-shows whole; "Yes!" after "Yes! I went"). The input order (most relevant first) is kept,
+where a benchmark's answer key wants it). Duplicates
+(same text once normalised) are dropped, the input order (most relevant first) is kept,
 and the block never exceeds the budget by the counter given: the whole block is counted
 again at the end, since tokenizers can merge across line breaks.
 """
@@ -28,7 +26,6 @@ from .fit import defuse, defuse_head
 TokenCounter = Callable[[str], int]
 SEPARATOR = " · "
 _HEAD = re.compile(r"\[([^\[\]]+)\] ?")
-_WORD = re.compile(r"\w+")
 
 
 class MemoryLine(BaseModel):
@@ -97,17 +94,6 @@ def from_hits(hits: Sequence[Hit]) -> list[MemoryLine]:
             for h in hits]
 
 
-def _words(text: str) -> str:
-    """``text``'s words, lower-cased, each with a space either side: ``" yes i went "``."""
-    return f" {' '.join(_WORD.findall(text.lower()))} "
-
-
-def _said_by(line: MemoryLine) -> tuple[str | None, object]:
-    """Who said a line and on which day: lines of one teller and day can repeat each
-    other; another speaker's or day's words are news even when they are the same."""
-    return line.speaker, line.when.date() if line.when is not None else None
-
-
 def _fit(text: str, budget: int, count: TokenCounter) -> str:
     # The longest word-boundary prefix of ``text`` (plus an ellipsis) within ``budget``.
     words = text.split(" ")
@@ -144,15 +130,12 @@ def pack(lines: Sequence[MemoryLine], budget: int, count: TokenCounter, *,
     kept: list[str] = []
     ids: list[str] = []
     seen: set[str] = set()
-    shown: dict[tuple[str | None, object], list[str]] = {}  # packed lines' words
     duplicates = dropped = 0
     used = 0
     first_misfit: tuple[MemoryLine, str] | None = None
     for line in lines:
         key = " ".join(line.text.lower().split())
-        said, words = _said_by(line), _words(line.text)
-        if dedupe and (key in seen or (words.strip() and any(
-                words in other for other in shown.get(said, ())))):
+        if dedupe and key in seen:
             duplicates += 1
             continue
         seen.add(key)
@@ -161,7 +144,6 @@ def pack(lines: Sequence[MemoryLine], budget: int, count: TokenCounter, *,
         if used + cost <= budget:
             kept.append(rendered)
             ids.append(line.id)
-            shown.setdefault(said, []).append(words)
             used += cost
         else:
             dropped += 1

@@ -64,32 +64,6 @@ def test_pack_dedups_keeps_order_and_skips_what_does_not_fit() -> None:
     assert out.tokens == words(out.text) <= 12
 
 
-def test_a_line_an_earlier_one_says_whole_is_a_duplicate() -> None:
-    day = datetime(2026, 3, 5, 9)
-    doc = "The Vell team won the final. Their coach is Ana Costa."
-    lines = [MemoryLine(id="doc", text=doc, speaker="Club news", when=day),
-             MemoryLine(id="fact", text="Their coach is Ana Costa.", speaker="Club news",
-                        when=day.replace(hour=18)),  # same teller, same day: said already
-             MemoryLine(id="other", text="their coach is Ana Costa", speaker="Bo", when=day),
-             MemoryLine(id="later", text="Their coach is Ana Costa.", speaker="Club news",
-                        when=datetime(2026, 4, 1)),
-             MemoryLine(id="part", text="coach is Ana", speaker="Club news", when=day),
-             MemoryLine(id="gap", text="team the final", speaker="Club news", when=day),
-             MemoryLine(id="torn", text="Ana Cost", speaker="Club news", when=day)]
-    out = pack(lines, 200, words)
-    # Another speaker's or another day's same words are news; so are words out of order,
-    # and a word cut is not the word.
-    assert out.ids == ["doc", "other", "later", "gap", "torn"]
-    assert out.duplicates == 2
-
-
-def test_a_duplicate_of_a_line_left_out_is_not_dropped() -> None:
-    lines = [MemoryLine(id="long", text="a very long line that cannot fit " * 5 + "short one"),
-             MemoryLine(id="short", text="short one")]
-    out = pack(lines, 6, words)
-    assert out.ids == ["short"] and out.duplicates == 0 and out.dropped == 1
-
-
 def test_first_line_is_cut_when_nothing_fits_whole() -> None:
     out = pack([MemoryLine(id="a", text="one two three four five six seven eight")], 5, words)
     assert out.truncated and out.ids == ["a"]
