@@ -157,7 +157,7 @@ def _name(before: str) -> str:
     last = sentences[-1]
     if last[-1] in ".!?" and not _HOW_TO.match(last):
         return ""
-    return _HOW_TO.sub("", last.rstrip(":").strip())
+    return _HOW_TO.sub("", last.rstrip(":.!? "))
 
 
 def parse_prerequisites(text: str) -> list[str]:

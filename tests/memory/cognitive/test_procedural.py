@@ -122,6 +122,8 @@ def test_tenants_never_see_each_others_procedures(store: Store) -> None:
      "Step 2. Run quarry build. Step 3. Upload the site folder.", "", PUBLISH),
     ("Is it hard? 1. Install Quarry\n2. Run quarry build\n3. Upload the site folder",
      "", PUBLISH),
+    ("To publish a site. 1. Install Quarry. 2. Run quarry build. 3. Upload the site folder.",
+     "publish a site", PUBLISH),
 ])
 def test_parse_steps_formats(text: str, name: str, steps: list[str]) -> None:
     assert parse_steps(text) == (name, steps)
