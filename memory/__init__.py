@@ -37,16 +37,17 @@ from .models import (
     WorkingItem,
 )
 from .query import QueryAnalysis, analyse
+from .reembed import EmbedderMismatchWarning, ReembedReport
 from .retrieval import Retriever, SearchWeights
 from .store import Filters, Store
 from .store.protocol import MemoryStore
 
 __all__ = [
     "DEFAULT_MODEL", "ITEM_KINDS", "ConsolidatedItem", "Conversation", "Edge", "Embedder",
-    "EntityItem", "EpisodicItem", "FactItem", "Filters", "Hit", "Item", "MPNetEmbedder",
-    "MemoryStore", "MiniLMEmbedder", "PersonaItem", "ProceduralItem", "ProspectiveItem",
-    "QAPairItem", "QueryAnalysis", "Retriever", "SearchWeights", "SemanticItem", "SensoryItem",
-    "Session", "StaticMiniLMEmbedder", "StaticModelEmbedder", "Store", "StoreError", "StrategyItem",
-    "Turn", "WorkingItem",
+    "EmbedderMismatchWarning", "EntityItem", "EpisodicItem", "FactItem", "Filters", "Hit",
+    "Item", "MPNetEmbedder", "MemoryStore", "MiniLMEmbedder", "PersonaItem", "ProceduralItem",
+    "ProspectiveItem", "QAPairItem", "QueryAnalysis", "ReembedReport", "Retriever",
+    "SearchWeights", "SemanticItem", "SensoryItem", "Session", "StaticMiniLMEmbedder",
+    "StaticModelEmbedder", "Store", "StoreError", "StrategyItem", "Turn", "WorkingItem",
     "analyse", "default_embedder", "embedder_by_name",
 ]

@@ -148,6 +148,21 @@ def _one_piece(tokenizer: Any, word: str) -> bool:
     return len(pieces) == 1 and pieces[0] != tokenizer.unk_token
 
 
+def _load_quietly(st: Any, path: str, **options: Any) -> Any:
+    """A SentenceTransformer loaded without transformers' "Loading weights" bar on stderr
+    (a memory opened in a script or a server prints nothing); the bar's setting is put
+    back after, so the caller's own transformers use keeps its bars."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return st.SentenceTransformer(path, device="cpu", **options)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 through sentence-transformers on the CPU (offline).
 
@@ -169,7 +184,7 @@ class MiniLMEmbedder:
         st = require("sentence_transformers", "minilm", "the MiniLM embedder")
 
         self.batch_size = batch_size
-        self._model = st.SentenceTransformer(model_path(), device="cpu")
+        self._model = _load_quietly(st, model_path())
 
     def knows(self, word: str) -> bool:
         """Whether ``word`` is one token of the encoder's vocabulary (see
@@ -211,8 +226,7 @@ class MPNetEmbedder:
         st = require("sentence_transformers", "mpnet", "the MPNet embedder")
 
         self.batch_size = batch_size
-        self._model = st.SentenceTransformer(str(mpnet_model_path()), device="cpu",
-                                             local_files_only=True)
+        self._model = _load_quietly(st, str(mpnet_model_path()), local_files_only=True)
 
     def knows(self, word: str) -> bool:
         """Whether ``word`` is one token of the encoder's vocabulary (see
@@ -244,6 +258,13 @@ EMBEDDERS: Mapping[str, Callable[[], Embedder]] = {
 }
 
 
+def short_name(model: str) -> str:
+    """The :data:`EMBEDDERS` key of an embedder's model name (``all-MiniLM-L6-v2`` is
+    ``minilm``), or ``model`` itself when it has none (a static model's folder name)."""
+    return {DEFAULT_MODEL: "static", MiniLMEmbedder.name: "minilm",
+            MPNetEmbedder.name: "mpnet"}.get(model, model)
+
+
 def embedder_by_name(name: str) -> Embedder:
     """The embedder called ``name``: a key of :data:`EMBEDDERS`, an embedder's ``name``,
     or the path of a folder holding a model2vec static model (:class:`StaticModelEmbedder`).
@@ -256,9 +277,7 @@ def embedder_by_name(name: str) -> Embedder:
             lists the names).
         MissingExtraError: the chosen embedder's extra is not installed.
     """
-    aliases = {DEFAULT_MODEL: "static", MiniLMEmbedder.name: "minilm",
-               MPNetEmbedder.name: "mpnet"}
-    key = aliases.get(name, name).lower()
+    key = short_name(name).lower()
     if key not in EMBEDDERS:
         if _is_static_model_dir(name):
             return StaticModelEmbedder(name)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -54,6 +55,7 @@ from .locking import stored_value
 from .models import Hit, as_utc, with_caption
 from .passages import PASSAGE_CHARS, best_passage
 from .query import QueryAnalysis, analyse
+from .reembed import EmbedderMismatchWarning, embedder_gap
 from .store import Facets, Filters, Ref, node_type
 from .store.protocol import MemoryStore
 from .timeparse import resolve_times, says_when
@@ -182,6 +184,7 @@ class Retriever:
         self.embedder = embedder
         self.weights = weights or SearchWeights()
         self._expander: TermExpander | None = None
+        self._checked: set[str] = set()  # tenants whose vectors' model was checked
 
     def analyse(self, user_id: str, query: str, now: datetime | None = None) -> QueryAnalysis:
         """The query understanding step alone (useful for debugging a search)."""
@@ -204,9 +207,17 @@ class Retriever:
         the memory (see the module); hits scoring under ``min_score`` are left out, so a
         search may return fewer than ``k`` hits, or none. The default, 0, keeps every hit
         any channel scored above zero, as the programs that read a ranking want;
-        ``Memory.search`` applies :data:`DEFAULT_MIN_SCORE`."""
+        ``Memory.search`` applies :data:`DEFAULT_MIN_SCORE`.
+
+        The first search of a tenant warns (:class:`~.reembed.EmbedderMismatchWarning`)
+        when another model embedded more of its rows than the bound embedder did: the
+        dense channel reads only that embedder's vectors (see :mod:`~.reembed`)."""
         if k <= 0:
             return []
+        if self.embedder is not None and user_id not in self._checked:
+            self._checked.add(user_id)
+            if gap := embedder_gap(self.store, user_id, self.embedder):
+                warnings.warn(gap, EmbedderMismatchWarning, stacklevel=3)  # Memory.search's caller
         with self.store.reading():
             hits = self._search(user_id, query, k, filters, nodes, now)
         return [h for h in hits if h.score >= min_score]

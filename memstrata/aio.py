@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from memstrata.formats.records import ConversationRecord
     from memstrata.memory import Filters, Hit
     from memstrata.memory.cognitive import ReadReport
+    from memstrata.memory.reembed import ReembedReport
     from memstrata.memory.store.versions import Version
     from memstrata.packers.memory_context import ContextSettings, MemoryContext
     from memstrata.programs.expectation import Expectation
@@ -256,6 +257,13 @@ class AsyncMemory:
                       ) -> dict[str, int]:
         """:meth:`Memory.import_ <memstrata.api.Memory.import_>`."""
         return await _off_loop(functools.partial(self.memory.import_, path, user_id=user_id))
+
+    async def reembed(self, *, user_id: str,
+                      progress: Callable[[int], object] | None = None) -> ReembedReport:
+        """:meth:`Memory.reembed <memstrata.api.Memory.reembed>` (``progress`` is called on
+        the worker thread)."""
+        return await _off_loop(functools.partial(self.memory.reembed, user_id=user_id,
+                                                 progress=progress))
 
 
 __all__ = ["AsyncMemory"]

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     import dspy
 
     from memstrata.memory.cognitive import ReadReport
+    from memstrata.memory.reembed import ReembedReport
     from memstrata.packers.memory_context import ContextSettings, MemoryContext
     from memstrata.programs.expectation import Expectation
     from memstrata.programs.ingest import IngestSettings
@@ -1222,6 +1223,27 @@ class Memory:
             _check_id("user_id", user_id)
         with self._lock:
             return import_tenant(self.store, _file_path("path", path), user_id)
+
+    def reembed(self, *, user_id: str,
+                progress: Callable[[int], object] | None = None) -> ReembedReport:
+        """Give every turn and item of the tenant without a vector of this memory's
+        embedder one, so a store written with another embedder searches fully with this
+        one (the first search of such a tenant warns: see
+        :mod:`~memstrata.memory.reembed`). ``progress`` is called with the rows looked at
+        after each batch. Vectors of other models stay. No LLM call.
+
+        Raises:
+            ValueError: a bad ``user_id``, or a memory opened with ``embedder=None``.
+        """
+        from memstrata.memory.reembed import reembed
+
+        _check_id("user_id", user_id)
+        embedder = self.store.embedder
+        if embedder is None:
+            raise ValueError("this memory was opened with embedder=None: there is no model "
+                             "to embed with (open it with the embedder to use)")
+        with self._lock:
+            return reembed(self.store, user_id, embedder, progress=progress)
 
     def _owner(self, id: str, user_id: str | None) -> str | None:
         if not isinstance(id, str) or not id:

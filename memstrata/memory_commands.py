@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from memstrata.cli_support import add_embedder_arg
 from memstrata.memory.store.opener import describe, store_missing
 
 FORMATS = ("messages", "locomo", "longmemeval")
@@ -26,7 +27,8 @@ def no_store(db: str) -> NotFound:
                     "add' or 'memstrata import', or give --db)")
 
 
-def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None) -> Any:
+def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None,
+          embedder: Any = "default") -> Any:
     from memstrata import Memory
 
     if must_exist and store_missing(args.db):
@@ -34,7 +36,7 @@ def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None =
     # One command, one process: extraction runs in it (a background job would be left
     # for a worker when the command exits).
     return Memory.open(args.db, lm=lm, durability=getattr(args, "durability", "normal"),
-                       extraction="sync")
+                       extraction="sync", embedder=embedder)
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -178,6 +180,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reembed(args: argparse.Namespace) -> int:
+    """Give every turn and item of a user a vector of --embedder's model, for a store
+    written with another embedder (its search warns that its dense channel sees only the
+    rows that model embedded). Rows that have one are skipped, so a run that stopped is
+    finished by the next; other models' vectors stay. Prints what was embedded as JSON."""
+    from tqdm import tqdm
+
+    from memstrata.cli_support import embedder_from_flag
+
+    embedder = embedder_from_flag(True, args.embedder)
+    with _open(args, embedder=embedder) as memory:
+        total = sum(memory.store.counts(args.user)[t] for t in ("turns", "items"))
+        with tqdm(total=total, unit="row", desc="reembed", disable=args.quiet) as bar:
+            report = memory.reembed(user_id=args.user, progress=bar.update)
+    print(json.dumps({"db": describe(args.db), **report.model_dump()}))
+    return 0
+
+
 def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None:
     """Register the ``Memory`` verbs."""
 
@@ -232,6 +252,13 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
     p.add_argument("file")
     common(p)
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("reembed", help="give a user's rows vectors of another embedder",
+                       description=cmd_reembed.__doc__)
+    common(p)
+    add_embedder_arg(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_reembed)
 
 
 def add_durability_arg(p: argparse.ArgumentParser) -> None:

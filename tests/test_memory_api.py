@@ -9,6 +9,7 @@ import re
 import sqlite3
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,50 @@ def test_the_transformer_embeds_every_write_when_named(tmp_path) -> None:
     assert m.search("xyzzy plugh", user_id="u") == []
     assert m.store.embedder.knows("hive") and not m.store.embedder.knows("xyzzy")
     m.close()
+
+
+def test_a_store_searched_with_another_embedder_warns_until_reembedded(tmp_path) -> None:
+    from memstrata.memory import EmbedderMismatchWarning
+    from tests.conftest import FakeEmbedder
+
+    db = tmp_path / "m.db"
+    with Memory.open(db) as m:  # the shipped static model embeds
+        m.add(["I take oat milk in my coffee", "I moved to Lisbon in May"], user_id="ana",
+              infer=False)
+        m.add("I like tea", user_id="bob", infer=False)
+    with Memory.open(db, embedder=FakeEmbedder()) as m:
+        with pytest.warns(EmbedderMismatchWarning, match="2 rows have vectors of "
+                          "minilm-static-256 and 0 of fake-hash.*embedder='static'"):
+            m.search("coffee", user_id="ana")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per tenant, not per search
+            m.search("milk", user_id="ana")
+            assert m.reembed(user_id="ana").turns == 2
+        assert m.store.vector_models("ana") == {"minilm-static-256": 2, "fake-hash": 2}
+        assert m.store.vector_models("bob") == {"minilm-static-256": 1}
+    with Memory.open(db, embedder=FakeEmbedder()) as m, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert m.search("oat milk coffee", user_id="ana")[0].channels.get("dense")
+    with Memory.open(db, embedder=None) as m, pytest.raises(ValueError, match="embedder=None"):
+        m.reembed(user_id="ana")
+
+
+def test_cli_reembed_embeds_what_has_no_vector_of_the_model(tmp_path, capsys) -> None:
+    db = str(tmp_path / "m.db")
+    with Memory.open(db, embedder=None) as m:  # written without vectors
+        m.add(["I keep bees on the roof", "They make honey"], user_id="ana", infer=False)
+    capsys.readouterr()
+    assert _cli("reembed", "--db", db, "--user", "ana", "--embedder", "static",
+                "--quiet") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["model"], report["turns"], report["items"], report["already"]) == (
+        "minilm-static-256", 2, 0, 0)
+    assert _cli("reembed", "--db", db, "--user", "ana", "--quiet") == 0  # the default
+    assert json.loads(capsys.readouterr().out)["already"] == 2
+    assert _cli("reembed", "--db", db, "--user", "ana", "--embedder", "statc") != 0
+    assert "unknown embedder 'statc'" in capsys.readouterr().err
+    with Memory.open(db) as m:
+        assert m.store.vector_models("ana") == {"minilm-static-256": 2}
 
 
 def test_add_batches_extraction_into_full_chunks(scripted) -> None:

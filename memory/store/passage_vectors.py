@@ -53,6 +53,13 @@ def passage_vectors(encoder: Embedder, texts: Mapping[str, str]) -> dict[str, np
     return out
 
 
+def counted_models(rows: Any) -> dict[str, int]:
+    """(model, count) rows of the embeddings table as ``vector_models`` returns them: the
+    passage models left out (they repeat their node's model), most vectors first."""
+    found = {str(m): int(n) for m, n in rows if not str(m).endswith(PASSAGE_SUFFIX)}
+    return dict(sorted(found.items(), key=lambda pair: (-pair[1], pair[0])))
+
+
 def node_text(row: Mapping[str, Any]) -> str:
     """A node row's text as the dense channel reads it (a turn's caption included)."""
     return with_caption(row["text"], json.loads(row.get("metadata") or "{}"))

@@ -37,6 +37,7 @@ from .nodes import NodeLookups
 from .passage_vectors import (
     PASSAGE_SHARE,
     PASSAGE_SUFFIX,
+    counted_models,
     node_text,
     passage_encoder,
     passage_model,
@@ -102,6 +103,14 @@ class VectorStore(NodeLookups, EmbeddingWrites):
             "INSERT OR REPLACE INTO embeddings (node_id, model, user_id, dim, vector)"
             " VALUES (?,?,?,?,?)",
             [(i, name, tenant[i], v.shape[1], v.tobytes()) for i, v in vectors.items()])
+
+    def vector_models(self, user_id: str) -> dict[str, int]:
+        """How many of a tenant's nodes have a vector of each model (passage rows not
+        counted), most first."""
+        rows = self.conn.execute(
+            "SELECT model, count(*) FROM embeddings WHERE user_id = ? GROUP BY model",
+            (user_id,)).fetchall()
+        return counted_models(rows)
 
     def vectors(self, user_id: str, model: str) -> tuple[list[str], np.ndarray]:
         """All of a tenant's vectors for ``model`` as (node ids, float32 matrix).

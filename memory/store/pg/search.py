@@ -36,6 +36,7 @@ import numpy as np
 
 from ...locking import stored_value
 from ..filters import Filters
+from ..passage_vectors import counted_models
 from ..rows import _TABLE, TURN_PREFIX, Facets, Ref, _ts, node_type
 from ..shared import MISS, DenseMemo, RefLookups, VersionedCache
 from ..vectors import matrix_dense_refs
@@ -337,6 +338,13 @@ class PgSearch(PgTenants, RefLookups):
         return [("item", r) for r in best]
 
     # -- vectors ----------------------------------------------------------------------------
+
+    def vector_models(self, user_id: str) -> dict[str, int]:
+        """How many of a tenant's nodes have a vector of each model (passage rows not
+        counted), most first."""
+        return counted_models(self._rows(
+            user_id, "SELECT model, count(*) FROM embeddings WHERE user_id = %s GROUP BY"
+            " model", (user_id,)))
 
     def vectors(self, user_id: str, model: str) -> tuple[list[str], np.ndarray]:
         """All of a tenant's vectors for ``model`` as (node ids, float32 matrix), in no set
