@@ -88,20 +88,26 @@ _CHANGE = re.compile(
     r"increase[ds]?|decrease[ds]?|overt(?:ook|ake|aken)|total|together|combined|sum|"
     r"average|how many more|how much more|by how (?:much|many)|since)\b", re.I)
 _TIME_ANCHOR = re.compile(r"\b([a-z]+)\s+\d+\b", re.I)
+# A value then and a value now: two times, one of them the present ("What was the
+# record before May 3, and what is it now?").
+_THEN_NOW = re.compile(r"\b(?:before|previous(?:ly)?|earlier|used to|originally|at first)\b"
+                       r".*\b(?:now|currently|today)\b", re.I | re.S)
 
 
 def checked_intent(question: str, intent: str) -> str:
     """The model's intent, checked against the question's surface: a temporal or
     mathematical intent without a word of change, comparison or arithmetic ("after day
     5" alone is not one) is a simple recall; a simple recall with one is upgraded
-    (temporal when two values of one kind of time are named: "day 7 ... day 10").
+    (temporal when two values of one kind of time are named, "day 7 ... day 10", or a
+    value then and now, "before May 3 ... now").
 
     A small model over-reads dates as comparisons and misses "gained"; the words decide
     only between these three intents, whose effort differs most.
     """
-    cue = bool(_CHANGE.search(question))
+    then_now = bool(_THEN_NOW.search(question))
+    cue = then_now or bool(_CHANGE.search(question))
     heads = [m.group(1).casefold() for m in _TIME_ANCHOR.finditer(question)]
-    two_times = any(heads.count(h) >= 2 for h in set(heads))
+    two_times = then_now or any(heads.count(h) >= 2 for h in set(heads))
     if intent in ("temporal_comparison", "mathematical_computation") and not cue:
         return "simple_recall"
     if intent == "simple_recall" and cue:

@@ -31,6 +31,7 @@ import dspy
 from pydantic import BaseModel, Field, StringConstraints
 
 from memstrata.memory.cognitive import CognitiveMemory, Recalled
+from memstrata.memory.cognitive.procedural import procedure_text
 from memstrata.memory.cognitive.values import numbers
 from memstrata.memory.text import STOP_WORDS
 from memstrata.tools.calculator import calculate
@@ -193,9 +194,13 @@ def render_facts(facts: list[Recalled]) -> str:
     for n, f in enumerate(facts, 1):
         head = " · ".join(p for p in (f.event_time.date().isoformat() if f.event_time else "",
                                       f.source, f.document) if p)
-        body = f.text[:MAX_FACT_CHARS]
-        if f.steps:
-            body += " Steps: " + " ".join(f"{i}. {s}" for i, s in enumerate(f.steps, 1))
+        if f.steps and f.text == procedure_text(f.text.split("\n", 1)[0].removesuffix(":"),
+                                                f.steps):
+            body = f.text.replace("\n", " ")  # its name and its steps, each once, all kept
+        else:
+            body = f.text[:MAX_FACT_CHARS]
+            if f.steps:
+                body += " Steps: " + " ".join(f"{i}. {s}" for i, s in enumerate(f.steps, 1))
         for c in f.conflicts:
             if c.other_id in number:
                 body += (f" [disagrees with [{number[c.other_id]}]; this report is "

@@ -208,6 +208,22 @@ def test_question_anchors_and_uncovered() -> None:
     assert "Herald" in render_facts(facts)
 
 
+def test_a_procedure_is_shown_with_its_steps_once() -> None:
+    from memstrata.memory.cognitive import Recalled
+    from memstrata.memory.cognitive.procedural import procedure_text
+
+    steps = ["Stop the server", "Run the migration", "Start the server"]
+    shown = render_facts([Recalled(id="p", kind="procedural", score=1.0, steps=steps,
+                                   text=procedure_text("Upgrade the database", steps))])
+    assert shown == ("[1] Upgrade the database: 1. Stop the server 2. Run the migration "
+                     "3. Start the server")
+    # A procedure whose text was rewritten keeps its steps after it.
+    edited = render_facts([Recalled(id="p", kind="procedural", score=1.0, steps=steps,
+                                    text="Upgrade with care")])
+    assert edited == ("[1] Upgrade with care Steps: 1. Stop the server 2. Run the "
+                      "migration 3. Start the server")
+
+
 def test_a_bad_expression_keeps_the_answer() -> None:
     trace = ReasoningTrace(task_id="t", intent="mathematical_computation", allowance=3)
     assert apply_calculation("about 12", "__import__('os')", trace) == "about 12"
@@ -247,3 +263,20 @@ def test_lifecycle_work_costs_no_llm_call(scripted: Callable[..., Any]) -> None:
         mind.working.complete("t", outcome="done")
         mind.maintain()
     assert handle.meter.since(0).calls == 0
+
+
+def test_the_intent_check_reads_the_questions_words() -> None:
+    from memstrata.programs.effort import checked_intent
+
+    then_now = "What was the record before May 3, and what is it now?"
+    assert checked_intent(then_now, "simple_recall") == "temporal_comparison"
+    assert checked_intent(then_now, "temporal_comparison") == "temporal_comparison"
+    assert checked_intent("How many golds did Aurora win after day 5?",
+                          "temporal_comparison") == "simple_recall"
+    assert checked_intent("How many golds did Aurora gain between day 7 and day 10?",
+                          "simple_recall") == "temporal_comparison"
+    assert checked_intent("What is the total of both budgets?",
+                          "simple_recall") == "mathematical_computation"
+    assert checked_intent("Where do I live now?", "simple_recall") == "simple_recall"
+    assert checked_intent("Where did I live before Lisbon?", "simple_recall") == (
+        "simple_recall")
