@@ -63,6 +63,7 @@ def test_reembed_gives_each_row_the_vector_its_write_would_have(backend: Any) ->
     ids, matrix = backend.vectors("ana", "fake-other")
     got = dict(zip(ids, matrix, strict=True))
     turns = backend.turns("ana")
+    assert [t.id for t in turns] == turn_ids
     want = other.encode(backend.contextual_texts(turns))
     for turn, vector in zip(turns, want, strict=True):
         np.testing.assert_array_equal(got[turn.id], vector)
