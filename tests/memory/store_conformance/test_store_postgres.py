@@ -128,8 +128,17 @@ def test_refused_login_is_a_clear_error_and_writes_nothing(pg_server: Any, pg_ad
         conn.execute("DROP ROLE IF EXISTS memstrata_pw")
         conn.execute("CREATE ROLE memstrata_pw LOGIN PASSWORD 'right-password'")
         conn.execute("SELECT pg_reload_conf()")
-    time.sleep(0.2)  # the postmaster rereads pg_hba.conf on the signal
     wrong = make_conninfo(url, user="memstrata_pw", password="wrong-password")
+    # The postmaster rereads pg_hba.conf on the signal, in its own time (a busy machine
+    # took over 0.2 s): until then the role is trusted and logs in.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            psycopg.connect(wrong).close()
+        except psycopg.OperationalError:
+            break
+        assert time.monotonic() < deadline, "the server did not reload pg_hba.conf"
+        time.sleep(0.05)
     with pytest.raises(PgStoreError, match="login was refused") as info:
         PgStore.open(wrong)
     assert "wrong-password" not in str(info.value) and "memstrata_pw@" in str(info.value)
