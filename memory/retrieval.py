@@ -36,6 +36,7 @@ from __future__ import annotations
 import heapq
 import json
 import warnings
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -168,6 +169,11 @@ class SearchWeights(BaseModel):
         "see Store.lexical")
 
 
+# (tenant, model) pairs whose vectors were checked, per store: once, however many
+# retrievers search it (the cognitive recall makes one a call).
+_CHECKED: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
+
+
 class Retriever:
     """Searches one store. Bind an embedder to enable the dense channel.
 
@@ -184,7 +190,6 @@ class Retriever:
         self.embedder = embedder
         self.weights = weights or SearchWeights()
         self._expander: TermExpander | None = None
-        self._checked: set[str] = set()  # tenants whose vectors' model was checked
 
     def analyse(self, user_id: str, query: str, now: datetime | None = None) -> QueryAnalysis:
         """The query understanding step alone (useful for debugging a search)."""
@@ -209,13 +214,14 @@ class Retriever:
         any channel scored above zero, as the programs that read a ranking want;
         ``Memory.search`` applies :data:`DEFAULT_MIN_SCORE`.
 
-        The first search of a tenant warns (:class:`~.reembed.EmbedderMismatchWarning`)
+        The first search of a tenant in a store warns (:class:`~.reembed.EmbedderMismatchWarning`)
         when another model embedded more of its rows than the bound embedder did: the
         dense channel reads only that embedder's vectors (see :mod:`~.reembed`)."""
         if k <= 0:
             return []
-        if self.embedder is not None and user_id not in self._checked:
-            self._checked.add(user_id)
+        checked = _CHECKED.setdefault(self.store, set())
+        if self.embedder is not None and (user_id, self.embedder.name) not in checked:
+            checked.add((user_id, self.embedder.name))
             if gap := embedder_gap(self.store, user_id, self.embedder):
                 warnings.warn(gap, EmbedderMismatchWarning, stacklevel=3)  # Memory.search's caller
         with self.store.reading():
