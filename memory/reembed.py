@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from memstrata.errors import MemstrataWarning
+
 from .bank import embedding_text
 from .embed import short_name
 from .models import StrategyItem
@@ -31,7 +33,7 @@ REEMBED_BATCH = 256
 """Rows embedded and written per transaction: an interrupted run keeps what it wrote."""
 
 
-class EmbedderMismatchWarning(UserWarning):
+class EmbedderMismatchWarning(MemstrataWarning):
     """Another model has vectors for more of a tenant's rows than the one searching them:
     the dense channel sees only the rows that model embedded."""
 
@@ -58,7 +60,8 @@ def embedder_gap(store: MemoryStore, user_id: str, embedder: Embedder) -> str | 
     if not others or max(others.values()) <= mine:
         return None
     model, count = next(iter(others.items()))  # most vectors first
-    return (f"tenant {user_id!r}: {count:,} rows have vectors of {model} and {mine:,} of "
+    rows = f"{count:,} row has" if count == 1 else f"{count:,} rows have"
+    return (f"tenant {user_id!r}: {rows} vectors of {model} and {mine:,} of "
             f"{embedder.name}, the embedder searching them, so its dense channel sees only "
             f"those {mine:,}; open the store with embedder={short_name(model)!r}, or give "
             f"the rows vectors of {embedder.name} with Memory.reembed(user_id={user_id!r}) "

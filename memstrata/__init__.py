@@ -11,13 +11,13 @@ starts without DSPy or NumPy; to a type checker they are the classes themselves.
 - ``Memory`` (:mod:`memstrata.api`) and ``AsyncMemory`` (:mod:`memstrata.aio`);
 - ``MemstrataError``, the base of every error memstrata raises (:mod:`memstrata.errors`),
   and the errors a ``Memory`` user meets most: ``StoreError``, ``MissingExtraError``,
-  ``ImportFormatError``, ``IngestError``.
+  ``ImportFormatError``, ``IngestError``; ``MemstrataWarning``, the base of its warnings.
 """
 
 import os
 from typing import TYPE_CHECKING
 
-from .errors import MemstrataError
+from .errors import MemstrataError, MemstrataWarning
 
 # Nothing leaves the machine unless the user configured it: litellm would otherwise fetch
 # its model cost map from GitHub on import (its bundled copy is used instead).
@@ -49,6 +49,7 @@ __all__ = [
     "IngestError",
     "Memory",
     "MemstrataError",
+    "MemstrataWarning",
     "MissingExtraError",
     "StoreError",
     "__version__",

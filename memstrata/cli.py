@@ -11,9 +11,12 @@ import difflib
 import json
 import re
 import sys
+import warnings
+from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from memstrata import __version__
 from memstrata.agent_commands import (
@@ -43,6 +46,7 @@ from memstrata.cli_support import (
 from memstrata.cognitive_commands import add_cognitive_parsers
 from memstrata.compile_commands import add_compile_parsers
 from memstrata.demo_commands import add_demo_parser
+from memstrata.errors import MemstrataWarning
 from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
 from memstrata.mcp_commands import add_mcp_parser
@@ -813,6 +817,17 @@ class CommandExit(SystemExit):
         return self.message
 
 
+def _show_warning(fallback: Callable[..., None], message: Warning | str,
+                  category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    """memstrata's own warnings as one line on stderr (``memstrata: warning: ...``), the
+    rest as ``fallback`` (Python's) shows them."""
+    if issubclass(category, MemstrataWarning):
+        print(f"memstrata: warning: {one_line(Warning(str(message)))}", file=sys.stderr)
+    else:
+        fallback(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``memstrata`` console command (exit codes: :data:`EXIT_CODES`).
 
@@ -832,7 +847,9 @@ def main(argv: list[str] | None = None) -> int:
     from memstrata.bench.locomo import LoCoMoError
 
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = partial(_show_warning, warnings.showwarning)
+            return int(args.func(args) or 0)
     except SystemExit as exc:
         if not isinstance(exc.code, str):
             raise

@@ -33,15 +33,23 @@ error                                                     also a
 ``memstrata.api.MemoryNotFoundError``                     ``KeyError``
 ========================================================  ==============================
 
+Its warnings derive from :class:`MemstrataWarning` the same way.
+
 This module imports nothing of memstrata, so every layer, the lowest included, may
 import it.
 """
 
 from __future__ import annotations
 
-__all__ = ["MemstrataError"]
+__all__ = ["MemstrataError", "MemstrataWarning"]
 
 
 class MemstrataError(Exception):
     """Base of every error memstrata raises on purpose; its message is one line that says
     what went wrong and, where there is one, what to do about it."""
+
+
+class MemstrataWarning(UserWarning):
+    """Base of the warnings memstrata gives (``EmbedderMismatchWarning``, in
+    ``memstrata.memory.reembed``): something works, but not as well as it could, and the
+    message says how to fix it. The command line prints each as one line."""

@@ -186,6 +186,15 @@ def test_cli_reembed_embeds_what_has_no_vector_of_the_model(tmp_path, capsys) ->
     assert "unknown embedder 'statc'" in capsys.readouterr().err
     with Memory.open(db) as m:
         assert m.store.vector_models("ana") == {"minilm-static-256": 2}
+    from tests.conftest import FakeEmbedder
+
+    with Memory.open(db, embedder=FakeEmbedder()) as m:
+        m.add("I keep two hives", user_id="cy", infer=False)
+    capsys.readouterr()
+    assert _cli("search", "hives", "--db", db, "--user", "cy") == 0
+    err = capsys.readouterr().err  # the warning: one line, and the fix
+    assert err.startswith("memstrata: warning: tenant 'cy': 1 row has vectors of fake-hash")
+    assert len(err.strip().splitlines()) == 1 and "memstrata reembed --user cy" in err
 
 
 def test_add_batches_extraction_into_full_chunks(scripted) -> None:
