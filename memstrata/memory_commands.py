@@ -27,12 +27,15 @@ def no_store(db: str) -> NotFound:
                     "add' or 'memstrata import', or give --db)")
 
 
-def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None,
-          embedder: Any = "default") -> Any:
+def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None) -> Any:
     from memstrata import Memory
+    from memstrata.cli_support import embedder_from_flag
 
     if must_exist and store_missing(args.db):
         raise no_store(args.db)
+    # A command with --embedder writes (or re-embeds) with the model it names.
+    name = getattr(args, "embedder", None)
+    embedder = embedder_from_flag(True, name) if name is not None else "default"
     # One command, one process: extraction runs in it (a background job would be left
     # for a worker when the command exits).
     return Memory.open(args.db, lm=lm, durability=getattr(args, "durability", "normal"),
@@ -187,10 +190,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     finished by the next; other models' vectors stay. Prints what was embedded as JSON."""
     from tqdm import tqdm
 
-    from memstrata.cli_support import embedder_from_flag
-
-    embedder = embedder_from_flag(True, args.embedder)
-    with _open(args, embedder=embedder) as memory:
+    with _open(args) as memory:
         total = sum(memory.store.counts(args.user)[t] for t in ("turns", "items"))
         with tqdm(total=total, unit="row", desc="reembed", disable=args.quiet) as bar:
             report = memory.reembed(user_id=args.user, progress=bar.update)
@@ -218,6 +218,7 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
     p.add_argument("--lm", help="extract facts with this model (e.g. local/qwen2.5-coder-1.5b)")
     p.add_argument("--flush", action="store_true",
                    help="with --lm: extract now even if a chunk is not full")
+    add_embedder_arg(p)
     p.set_defaults(func=cmd_add)
 
     for name, func, what in (("get", cmd_get, "one turn or item by id"),
@@ -245,6 +246,7 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
                    help="replace a conversation the user already has under the same id "
                    "(its turns are deleted first); without it, the file's are appended")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_embedder_arg(p)
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("export", help="write everything of a user as JSONL",

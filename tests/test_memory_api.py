@@ -197,6 +197,21 @@ def test_cli_reembed_embeds_what_has_no_vector_of_the_model(tmp_path, capsys) ->
     assert len(err.strip().splitlines()) == 1 and "memstrata reembed --user cy" in err
 
 
+def test_cli_writes_with_the_embedder_it_is_given(tmp_path, capsys) -> None:
+    from memstrata.memory.embed import STATIC_MODEL_DIR
+
+    db, folder = str(tmp_path / "m.db"), str(STATIC_MODEL_DIR)  # a model2vec folder by path
+    assert _cli("add", "I keep bees", "--user", "u", "--db", db, "--embedder", folder) == 0
+    messages = tmp_path / "m.jsonl"
+    messages.write_text('{"role": "user", "content": "They make honey"}\n')
+    assert _cli("import", str(messages), "--format", "messages", "--user", "u", "--db", db,
+                "--embedder", folder, "--quiet") == 0
+    assert _cli("add", "more", "--user", "u", "--db", db, "--embedder", "nope") != 0
+    assert "unknown embedder 'nope'" in capsys.readouterr().err
+    with Memory.open(db, embedder=None) as m:
+        assert m.store.vector_models("u") == {Path(folder).resolve().name: 2}
+
+
 def test_add_batches_extraction_into_full_chunks(scripted) -> None:
     handle = scripted(answering)
     m = Memory(Memory.open(":memory:").store, lm=handle, extraction="sync")  # facts in add
