@@ -219,8 +219,8 @@ class Retriever:
         dense channel reads only that embedder's vectors (see :mod:`~.reembed`)."""
         if k <= 0:
             return []
-        checked = _CHECKED.setdefault(self.store, set())
-        if self.embedder is not None and (user_id, self.embedder.name) not in checked:
+        if self.embedder is not None and (user_id, self.embedder.name) not in (
+                checked := _CHECKED.setdefault(self.store, set())):
             checked.add((user_id, self.embedder.name))
             if gap := embedder_gap(self.store, user_id, self.embedder):
                 warnings.warn(gap, EmbedderMismatchWarning, stacklevel=3)  # Memory.search's caller
