@@ -21,6 +21,7 @@ Vectors are L2-normalised float32: cosine is a dot product.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .encoder_weights import mpnet_model_path
-from .extras import require
+from .extras import MissingExtraError, require
 from .static_encode import WordPieceEncoder
 
 DEFAULT_MODEL = "minilm-static-256"
@@ -256,6 +257,48 @@ EMBEDDERS: Mapping[str, Callable[[], Embedder]] = {
     "minilm": MiniLMEmbedder,
     "mpnet": MPNetEmbedder,
 }
+
+
+class DeferredEmbedder:
+    """The embedder :data:`EMBEDDERS` names ``key``, loaded on its first ``encode`` or
+    ``knows``: a store opened only to count rows or list tenants never loads a
+    transformer. ``name`` and ``dim`` are known before it loads.
+
+    Raises (on first use):
+        MissingExtraError: the embedder's extra is not installed; the message says how to
+            open the store without it.
+    """
+
+    def __init__(self, key: str) -> None:
+        kind: type[MiniLMEmbedder] | type[MPNetEmbedder] = (
+            MiniLMEmbedder if key == "minilm" else MPNetEmbedder)
+        self.key, self.name, self.dim = key, kind.name, kind.dim
+        self._factory = EMBEDDERS[key]
+        self._loaded: Embedder | None = None
+        self._lock = threading.Lock()
+
+    def loaded(self) -> Embedder:
+        """The embedder itself, loading it now if it is not yet."""
+        with self._lock:
+            if self._loaded is None:
+                try:
+                    self._loaded = self._factory()
+                except MissingExtraError as exc:
+                    hint = (f"this store's vectors are {self.name}'s; without the extra, "
+                            "open it with embedder='static', and its dense channel sees none "
+                            "of them")
+                    raise MissingExtraError(exc.module, exc.extra, exc.what, "; ".join(
+                        h for h in (exc.hint, hint) if h)) from exc
+            return self._loaded
+
+    def knows(self, word: str) -> bool:
+        """Whether the loaded encoder keeps ``word`` whole."""
+        knows = getattr(self.loaded(), "knows", None)
+        return bool(knows is not None and knows(word))
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode texts to unit vectors with the loaded embedder."""
+        return self.loaded().encode(texts)
 
 
 def short_name(model: str) -> str:

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from memstrata.errors import MemstrataWarning
 
 from .bank import embedding_text
-from .embed import short_name
+from .embed import DeferredEmbedder, short_name
 from .models import StrategyItem
 
 if TYPE_CHECKING:
@@ -67,6 +67,22 @@ def embedder_gap(store: MemoryStore, user_id: str, embedder: Embedder) -> str | 
             f"the rows vectors of {embedder.name} with Memory.reembed(user_id={user_id!r}) "
             f"(CLI: memstrata reembed --user {user_id} --embedder "
             f"{short_name(embedder.name)})")
+
+
+def stored_embedder(store: MemoryStore) -> DeferredEmbedder | None:
+    """The embedder that made most of the store's vectors, when that is one memstrata names
+    (``minilm``, ``mpnet``) rather than the shipped static model, loaded on first use (a
+    store opened to count rows never loads it; without its extra, that first use raises
+    ``MissingExtraError`` saying so). None when the static model made most of them, the
+    store has none, or they are a model :func:`~memstrata.memory.embed.embedder_by_name`
+    cannot load from its name alone (a model2vec folder's: the first search then says
+    which model to open with).
+    """
+    models = store.vector_models(None)
+    if not models:
+        return None
+    name = short_name(next(iter(models)))  # most vectors first
+    return DeferredEmbedder(name) if name in ("minilm", "mpnet") else None
 
 
 def reembed(store: MemoryStore, user_id: str, embedder: Embedder, *,

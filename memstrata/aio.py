@@ -75,7 +75,7 @@ class AsyncMemory:
     @classmethod
     def open(cls, path: str | Path = "memstrata.db", *,
              lm: str | dspy.BaseLM | ModelHandle | None = None,
-             embedder: Any = "default", ingest: IngestSettings | None = None,
+             embedder: Any = "auto", ingest: IngestSettings | None = None,
              programs: dict[str, str | Path] | None = None,
              durability: Literal["normal", "full"] = "normal",
              extraction: str | ExtractionSettings = "background") -> Opening:

@@ -136,7 +136,7 @@ class Memory:
 
     @classmethod
     def open(cls, path: str | Path = "memstrata.db", *, lm: str | dspy.BaseLM | ModelHandle
-             | None = None, embedder: Any = "default",
+             | None = None, embedder: Any = "auto",
              ingest: IngestSettings | None = None,
              programs: dict[str, str | Path] | None = None,
              durability: Literal["normal", "full"] = "normal",
@@ -152,12 +152,15 @@ class Memory:
             lm: a model choice as ``setup_lm`` takes it (``local/qwen2.5-coder-1.5b``,
                 ``openai/gpt-4o-mini``, ...), a ``dspy.LM``, a ``ModelHandle``, or None
                 (no extraction and no answers; never an error here).
-            embedder: ``"default"`` (the static model shipped in the package),
-                ``"minilm"`` or ``"mpnet"`` (the transformers, extras of those names: better
-                dense recall on chat data, ingest far slower; see the retrieval guide), the
-                folder of a model2vec static model, any ``Embedder``, or None (no dense
-                channel). A store is searched with the model that embedded it: open it
-                with the same one.
+            embedder: ``"auto"`` (the default: the model that embedded most of the
+                store's vectors when that is ``minilm`` or ``mpnet``, else the static model
+                shipped in the package; a new store gets the static model),
+                ``"default"`` or ``"static"`` (the shipped static model), ``"minilm"`` or
+                ``"mpnet"`` (the transformers, extras of those names: better dense recall on
+                chat data, ingest far slower; see the retrieval guide), the folder of a
+                model2vec static model, any ``Embedder``, or None (no dense channel). A
+                store is searched with the model that embedded it: a store written with a
+                model2vec folder is opened with that folder named.
             ingest: chunking and call-cap settings of extraction.
             programs: compiled programs to use, by name, each a program file of
                 ``memstrata compile``: ``{"qa": "qa.json"}`` (``answer`` answers with that

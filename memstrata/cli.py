@@ -40,6 +40,7 @@ from memstrata.cli_support import (
     csv_list,
     embedder_from_flag,
     one_line,
+    opener_embedder,
     print_report,
     weights_from_json,
 )
@@ -82,11 +83,11 @@ def cmd_load(args: argparse.Namespace) -> int:
     from memstrata.bench.locomo import load_locomo, read_locomo
 
     convs = read_locomo(args.file)
-    embedder = embedder_from_flag(not args.no_embed, args.embedder)
+    embedder = opener_embedder(not args.no_embed, args.embedder)
     with open_store(args.db, embedder=embedder, durability=args.durability) as store, tqdm(
         total=sum(c.turn_count for c in convs), unit="turn", desc="load"
     ) as bar:
-        stats = load_locomo(store, convs, embedder=embedder, progress=bar.update)
+        stats = load_locomo(store, convs, embedder=store.embedder, progress=bar.update)
     print(json.dumps({"db": describe(args.db), "conversations": stats.conversations,
                       "turns": stats.turns, "embedded": stats.embedded,
                       "tenants": [c.sample_id for c in convs]}))
@@ -103,10 +104,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         kinds=args.kind, speaker=args.speaker, conversation_id=args.conversation,
         start=args.since, end=args.until,
     )
-    with open_store(args.db) as store:
+    with open_store(args.db, embedder=opener_embedder(not args.no_dense, args.embedder)
+                    ) as store:
         model_has_vectors = bool(store.counts(args.user)["embeddings"])
-        embedder = embedder_from_flag(model_has_vectors and not args.no_dense, args.embedder)
-        retriever = Retriever(store, embedder, weights_from_json(args.weights))
+        retriever = Retriever(store, store.embedder if model_has_vectors else None,
+                              weights_from_json(args.weights))
         for hit in retriever.search(args.user, args.query, k=args.k, filters=filters,
                                     min_score=args.min_score):
             print(hit.model_dump_json(exclude_none=True))

@@ -41,12 +41,25 @@ def embedder_from_flag(enabled: bool, name: str | None = None, flag: str = "--em
         raise SystemExit(f"memstrata: {flag}: {exc}") from None
 
 
+def opener_embedder(enabled: bool, name: str | None = None) -> Any:
+    """What a command that opens a store embeds with: the model ``name`` picks
+    (``--embedder``), ``"auto"`` when None (the model that embedded the store, see
+    ``open_store``), or None when ``enabled`` is false.
+
+    Raises:
+        SystemExit: ``name`` is no embedder.
+    """
+    if not enabled:
+        return None
+    return "auto" if name is None else embedder_from_flag(True, name)
+
+
 def add_embedder_arg(p: argparse.ArgumentParser) -> None:
     """The ``--embedder NAME`` option (read with :func:`embedder_from_flag`)."""
     p.add_argument("--embedder", metavar="NAME",
-                   help="embedding model: static (the default), minilm or mpnet (extras of "
-                   "those names), or the folder of a model2vec static model; a store is "
-                   "searched with the model that embedded it")
+                   help="embedding model: static (the shipped one), minilm or mpnet (extras "
+                   "of those names), or the folder of a model2vec static model; by default "
+                   "the model that embedded most of the store (static for a new one)")
 
 
 def weights_from_json(raw: str | None) -> Any:
@@ -108,7 +121,8 @@ def csv_list(raw: str | None, what: str, cast: type = str) -> list[Any] | None:
 
 
 __all__ = ["add_embedder_arg", "at_least", "audit_beside", "audit_path", "csv_list",
-           "embedder_from_flag", "one_line", "port_number", "print_report", "weights_from_json"]
+           "embedder_from_flag", "one_line", "opener_embedder", "port_number", "print_report",
+           "weights_from_json"]
 
 
 def at_least(minimum: int) -> Callable[[str], int]:

@@ -51,7 +51,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from memstrata.bench.locomo import load_locomo, read_subset
-    from memstrata.cli_support import embedder_from_flag
+    from memstrata.cli_support import opener_embedder
     from memstrata.compile_commands import program_file
     from memstrata.programs.ingest import IngestError, ingest_conversation, weak_model_warning
 
@@ -62,12 +62,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise SystemExit(f"memstrata: {exc}") from None
     program = program_file(args.program, ("extractor",), "ingest")
     handle = model_from_args(args)
-    embedder = embedder_from_flag(not args.no_embed)
+    embedder = opener_embedder(not args.no_embed)
     # Beside a store file; for a database, in the working folder (never a URL as a name).
     cache = Path(args.cache or ("extractions.jsonl" if is_url(args.db)
                                 else f"{args.db}.extractions.jsonl"))
     reports = []
     with open_store(args.db, embedder=embedder) as store:
+        embedder = store.embedder
         load_locomo(store, convs, embedder=embedder, tenant=args.tenant)
         with tqdm(total=sum(c.turn_count for c in convs), unit="turn", desc="extract") as bar:
             for conv in convs:

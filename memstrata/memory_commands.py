@@ -29,13 +29,13 @@ def no_store(db: str) -> NotFound:
 
 def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None) -> Any:
     from memstrata import Memory
-    from memstrata.cli_support import embedder_from_flag
+    from memstrata.cli_support import opener_embedder
 
     if must_exist and store_missing(args.db):
         raise no_store(args.db)
-    # A command with --embedder writes (or re-embeds) with the model it names.
-    name = getattr(args, "embedder", None)
-    embedder = embedder_from_flag(True, name) if name is not None else "default"
+    # A command with --embedder writes (or re-embeds) with the model it names; without,
+    # with the model that embedded the store.
+    embedder = opener_embedder(True, getattr(args, "embedder", None))
     # One command, one process: extraction runs in it (a background job would be left
     # for a worker when the command exits).
     return Memory.open(args.db, lm=lm, durability=getattr(args, "durability", "normal"),

@@ -170,6 +170,34 @@ def test_a_store_searched_with_another_embedder_warns_until_reembedded(tmp_path)
         m.reembed(user_id="ana")
 
 
+def test_a_store_opens_with_the_model_that_embedded_it(tmp_path, monkeypatch, capsys) -> None:
+    from memstrata.memory import embed
+    from tests.memory.store_conformance.test_reembed import NamedMiniLM
+
+    monkeypatch.setitem(embed.EMBEDDERS, "minilm", NamedMiniLM)
+    db = tmp_path / "m.db"
+    with Memory.open(db, embedder="minilm") as m:
+        m.add(["I take oat milk in my coffee", "I moved to Lisbon in May"], user_id="ana",
+              infer=False)
+    with Memory.open(db) as m, warnings.catch_warnings():
+        warnings.simplefilter("error")  # no mismatch: it searches with the store's model
+        assert isinstance(m.store.embedder.loaded(), NamedMiniLM)
+        m.add("I keep bees", user_id="ana", infer=False)
+        assert m.store.vector_models("ana") == {"all-MiniLM-L6-v2": 3}
+        assert m.search("oat milk coffee", user_id="ana")[0].channels.get("dense")
+    with Memory.open(db, embedder="static") as m:  # named: what it says
+        assert m.store.embedder is embed.default_embedder()
+    capsys.readouterr()
+    assert _cli("add", "They make honey", "--user", "ana", "--db", str(db)) == 0
+    assert _cli("search", "honey", "--db", str(db), "--user", "ana") == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "They make honey" in out
+    with Memory.open(db, embedder=None) as m:
+        assert m.store.vector_models("ana") == {"all-MiniLM-L6-v2": 4}
+    with Memory.open(tmp_path / "new.db") as m:  # a new store: the shipped model
+        assert m.store.embedder is embed.default_embedder()
+
+
 def test_cli_reembed_embeds_what_has_no_vector_of_the_model(tmp_path, capsys) -> None:
     db = str(tmp_path / "m.db")
     with Memory.open(db, embedder=None) as m:  # written without vectors

@@ -58,7 +58,7 @@ def sqlite_path(target: str | Path) -> str:
     return str(Path(raw).expanduser())
 
 
-def open_store(target: str | Path, *, embedder: Any = "default",
+def open_store(target: str | Path, *, embedder: Any = "auto",
                durability: Literal["normal", "full"] = "normal", **options: Any
                ) -> MemoryStore:
     """Open (creating and migrating if needed) the store at ``target``.
@@ -68,7 +68,10 @@ def open_store(target: str | Path, *, embedder: Any = "default",
     is a SQLite file path (``":memory:"`` included; ``~`` expanded; ``options`` go to
     ``Store.open``).
 
-    ``embedder``: ``"default"`` (the shipped static model, loaded on first use), a name
+    ``embedder``: ``"auto"`` (the model that embedded most of the store's vectors when
+    memstrata can load it by name, ``minilm`` or ``mpnet``; otherwise the shipped static
+    model: see :func:`~memstrata.memory.reembed.stored_embedder`), ``"default"`` (the
+    shipped static model, loaded on first use), a name
     :func:`~memstrata.memory.embed.embedder_by_name` knows (``"minilm"``, ``"mpnet"``, a
     model2vec folder), an ``Embedder``, or None (no vectors).
 
@@ -93,14 +96,18 @@ def open_store(target: str | Path, *, embedder: Any = "default",
     if durability not in DURABILITY:
         raise ValueError(f"durability must be one of {', '.join(DURABILITY)}, not "
                          f"{durability!r}")
-    if isinstance(embedder, str) and embedder != "default":
+    auto = embedder == "auto"
+    if auto:
+        embedder = "default"
+    elif isinstance(embedder, str) and embedder != "default":
         from ..embed import embedder_by_name
 
         embedder = embedder_by_name(embedder)  # a bad name fails before anything opens
     if is_url(target):
         from .pg import PgStore
 
-        return PgStore.open(str(target), embedder=embedder, **options)
+        return _with_stored_embedder(PgStore.open(str(target), embedder=embedder, **options),
+                                     auto)
     from ..locking import StoreError
     from . import Store
 
@@ -111,6 +118,21 @@ def open_store(target: str | Path, *, embedder: Any = "default",
     store = Store.open(path, embedder=embedder, **options)
     if durability == "full" and path != ":memory:":
         store.conn.execute("PRAGMA synchronous = FULL")
+    return _with_stored_embedder(store, auto)
+
+
+def _with_stored_embedder(store: MemoryStore, auto: bool) -> MemoryStore:
+    """``store``, searching and writing with the model that embedded it when ``auto``."""
+    if auto:
+        from ..reembed import stored_embedder
+
+        try:
+            found = stored_embedder(store)
+        except BaseException:
+            store.close()
+            raise
+        if found is not None:
+            store.embedder = found
     return store
 
 

@@ -34,8 +34,9 @@ which runs the migrations) keeps full access for operations, and ``SECURITY DEFI
 functions owned by it answer the questions that span tenants and return no content:
 ``memstrata_owner(id)`` (the tenant of an id: ``owner``, used by imports to refuse ids
 that exist elsewhere), ``memstrata_counts()`` (row counts of all tenants: ``counts()``),
-``memstrata_run_owner(run)`` (the tenant of a run id: ``runs.add_steps``) and
-``memstrata_run_tenants()`` (the tenants with runs: ``runs.list()`` over all tenants).
+``memstrata_run_owner(run)`` (the tenant of a run id: ``runs.add_steps``),
+``memstrata_run_tenants()`` (the tenants with runs: ``runs.list()`` over all tenants) and
+``memstrata_vector_models()`` (vectors per model over all tenants: ``vector_models(None)``).
 Migration 4 also created ``memstrata_index_rows(node)`` (every tenant's rows in the lexical
 index, a count only): no code calls it any more, and it stays, since dropping it from a
 live database would take a migration of its own.
@@ -593,6 +594,21 @@ MIGRATIONS: list[tuple[int, str, Any]] = [
         """,
     ),
     (13, "passage vectors of long messages", _passage_vectors),
+    (
+        14,
+        "the store's vector models",
+        # Which model embedded the store, for an opener that was not told (``open_store``'s
+        # ``embedder="auto"``): a count per model name over every tenant, no content.
+        """
+        CREATE FUNCTION memstrata_vector_models() RETURNS TABLE (model text, n bigint)
+            LANGUAGE sql STABLE SECURITY DEFINER
+            AS $$ SELECT model, count(*) FROM embeddings GROUP BY model $$;
+        DO $$ BEGIN
+            EXECUTE format('ALTER FUNCTION memstrata_vector_models()'
+                           || ' SET search_path = %I, pg_temp', current_schema());
+        END $$
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

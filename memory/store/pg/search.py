@@ -339,9 +339,13 @@ class PgSearch(PgTenants, RefLookups):
 
     # -- vectors ----------------------------------------------------------------------------
 
-    def vector_models(self, user_id: str) -> dict[str, int]:
-        """How many of a tenant's nodes have a vector of each model (passage rows not
+    def vector_models(self, user_id: str | None) -> dict[str, int]:
+        """How many of a tenant's nodes (None: of every tenant, a count only, through
+        ``memstrata_vector_models()``) have a vector of each model (passage rows not
         counted), most first."""
+        if user_id is None:
+            return counted_models(self._rows(
+                None, "SELECT model, n FROM memstrata_vector_models()"))
         return counted_models(self._rows(
             user_id, "SELECT model, count(*) FROM embeddings WHERE user_id = %s GROUP BY"
             " model", (user_id,)))

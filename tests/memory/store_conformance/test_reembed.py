@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
-from memstrata.memory import FactItem, StrategyItem
+from memstrata.memory import FactItem, StrategyItem, embed
 from memstrata.memory.bank import embedding_text
+from memstrata.memory.extras import MissingExtraError
 from memstrata.memory.models import Conversation, Session, Turn
-from memstrata.memory.reembed import embedder_gap, reembed
+from memstrata.memory.reembed import embedder_gap, reembed, stored_embedder
 from tests.conftest import FakeEmbedder
 
 
@@ -23,6 +25,18 @@ class OtherEmbedder(FakeEmbedder):
 
     name = "fake-other"
     dim = 32
+
+
+class NamedMiniLM(FakeEmbedder):
+    """Stands in for the transformer: its model name, none of its weights."""
+
+    name = embed.MiniLMEmbedder.name
+
+
+class NamedStatic(FakeEmbedder):
+    """Stands in for the shipped static model by its model name."""
+
+    name = embed.DEFAULT_MODEL
 
 
 def _fill(store: Any, user: str, turns: int) -> tuple[list[str], list[str]]:
@@ -81,3 +95,54 @@ def test_a_tenant_without_vectors_has_no_gap(backend: Any) -> None:
     assert embedder_gap(backend, "ana", FakeEmbedder()) is None
     assert reembed(backend, "ana", FakeEmbedder()).turns == 2
     assert backend.vector_models("ana") == {"fake-hash": 4}
+
+
+def test_the_whole_store_s_vector_models_add_up_every_tenant(backend: Any) -> None:
+    backend.embedder = FakeEmbedder()
+    _fill(backend, "ana", 6)
+    _fill(backend, "bob", 2)
+    backend.embedder = OtherEmbedder()
+    _fill(backend, "cy", 2)
+    assert backend.vector_models(None) == {"fake-hash": 12, "fake-other": 4}
+    assert backend.vector_models("cy") == {"fake-other": 4}
+
+
+def test_the_stored_embedder_is_the_named_model_of_most_vectors(
+        backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    loads: list[int] = []
+
+    def counted() -> NamedMiniLM:
+        loads.append(1)
+        return NamedMiniLM()
+
+    monkeypatch.setitem(embed.EMBEDDERS, "minilm", counted)  # type: ignore[index]
+    assert stored_embedder(backend) is None  # no vectors yet: the default
+    backend.embedder = NamedMiniLM()
+    _fill(backend, "ana", 6)
+    found = stored_embedder(backend)
+    assert found is not None and (found.name, found.dim) == ("all-MiniLM-L6-v2", 384)
+    assert not loads  # named, not loaded: opening to count rows loads no transformer
+    np.testing.assert_array_equal(found.encode(["oat milk"]), NamedMiniLM().encode(["oat milk"]))
+    found.encode(["again"])
+    assert isinstance(found.loaded(), NamedMiniLM) and len(loads) == 1
+    backend.embedder = NamedStatic()
+    _fill(backend, "bob", 10)  # 12 static vectors against 8
+    assert stored_embedder(backend) is None
+    backend.embedder = FakeEmbedder()
+    _fill(backend, "cy", 20)  # most are a model no name loads: the default, and search warns
+    assert stored_embedder(backend) is None
+
+
+def test_a_stored_model_without_its_extra_says_how_to_open_it(
+        backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> Any:
+        raise MissingExtraError("sentence_transformers", "minilm", "the MiniLM embedder")
+
+    monkeypatch.setitem(embed.EMBEDDERS, "minilm", missing)  # type: ignore[index]
+    backend.embedder = NamedMiniLM()
+    _fill(backend, "ana", 2)
+    found = stored_embedder(backend)
+    assert found is not None
+    with pytest.raises(MissingExtraError, match=r"memstrata\[minilm\].*vectors are "
+                       r"all-MiniLM-L6-v2's.*embedder='static'"):
+        found.encode(["coffee"])
