@@ -642,7 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="first N questions per conversation (quick runs)")
     p.add_argument("--no-dense", action="store_true",
                    help="no embedding model: skip the dense channel and the 'dense' system")
-    add_embedder_arg(p)
+    add_embedder_arg(p, store=False)
     p.add_argument("--weights", help="memstrata fusion knobs as JSON (see SearchWeights)")
     p.add_argument("--cv", action="store_true",
                    help="also cross-validate memstrata's knobs on each corpus: each "

@@ -54,12 +54,14 @@ def opener_embedder(enabled: bool, name: str | None = None) -> Any:
     return "auto" if name is None else embedder_from_flag(True, name)
 
 
-def add_embedder_arg(p: argparse.ArgumentParser) -> None:
-    """The ``--embedder NAME`` option (read with :func:`embedder_from_flag`)."""
+def add_embedder_arg(p: argparse.ArgumentParser, *, store: bool = True) -> None:
+    """The ``--embedder NAME`` option: of a command that opens a store (``store``, read
+    with :func:`opener_embedder`), or of one that builds its own (:func:`embedder_from_flag`)."""
+    default = ("by default the model that embedded most of the store (static for a new one)"
+               if store else "static by default")
     p.add_argument("--embedder", metavar="NAME",
                    help="embedding model: static (the shipped one), minilm or mpnet (extras "
-                   "of those names), or the folder of a model2vec static model; by default "
-                   "the model that embedded most of the store (static for a new one)")
+                   f"of those names), or the folder of a model2vec static model; {default}")
 
 
 def weights_from_json(raw: str | None) -> Any:
