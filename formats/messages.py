@@ -22,6 +22,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .records import ConversationRecord, ImportFormatError, Message, SessionRecord, to_message
 
@@ -37,8 +38,11 @@ def read_text(path: str | Path) -> str:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
+        scheme = urlsplit(str(path)).scheme if "://" in str(path) else ""
+        hint = (f"; memstrata reads local files, not {scheme}:// URLs: download it and give "
+                "its path" if len(scheme) > 1 else "")  # one letter: a Windows drive
         raise ImportFormatError(str(path), "file", f"cannot read ({exc.strerror or exc})"
-                                ) from None
+                                + hint) from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

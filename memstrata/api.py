@@ -682,8 +682,9 @@ class Memory:
         ``replace=True`` its turns, sessions and index rows are deleted first (and
         scrubbed from the file, as :meth:`delete` does); the counts then include
         ``"replaced"``, the turns deleted. No extraction runs (``flush`` extracts
-        afterwards). Messages without text are skipped, as by :meth:`add`. Returns counts
-        of the conversations, sessions and turns written.
+        afterwards). System prompts, tool plumbing and messages without text are
+        skipped, as by :meth:`add`. Returns counts of the conversations, sessions and turns
+        written, and ``"skipped"``, the messages not stored, when there are any.
 
         Raises:
             ValueError: a bad ``user_id``, or a record :meth:`add` would refuse (the
@@ -695,7 +696,7 @@ class Memory:
         for record in records:
             _check_record(record)
         counts = {"conversations": 0, "sessions": 0, "turns": 0}
-        replaced = 0
+        replaced = skipped = 0
         with self._lock, self._scrub(user_id, replace), self.store.transaction():
             for record in records:
                 if replace:
@@ -709,8 +710,12 @@ class Memory:
                     self._record_header(user_id, record)
                 counts["turns"] += written
                 counts["conversations"] += bool(written)
+                given = sum(len(s.messages) for s in record.sessions)
+                skipped += given - sum(len(b[1]) for b in batches)
                 if progress is not None:
-                    progress(sum(len(s.messages) for s in record.sessions))
+                    progress(given)
+        if skipped:
+            counts["skipped"] = skipped
         return {**counts, "replaced": replaced} if replace else counts
 
     # -- reading -----------------------------------------------------------------------

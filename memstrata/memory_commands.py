@@ -144,15 +144,18 @@ def read_records(path: str, fmt: str) -> list[Any]:
 def cmd_import(args: argparse.Namespace) -> int:
     """Import conversations from a file into one user, all or nothing: a documented
     messages JSON/JSONL file, LoCoMo JSON, or LongMemEval JSON (each haystack its own
-    conversation), or a memstrata export (--format export). A conversation the user
-    already has (the same id: 'default' when the file names none, as for 'add') keeps its
-    turns and gets the file's appended; --replace deletes its turns first. No facts are
-    extracted unless --lm is given."""
+    conversation), or a memstrata export; --format names it, or it is told apart by the
+    file's content. A conversation the user already has (the same id: 'default' when the
+    file names none, as for 'add') keeps its turns and gets the file's appended; --replace
+    deletes its turns first. No facts are extracted unless --lm is given."""
     from tqdm import tqdm
 
     from memstrata.formats import ImportFormatError
+    from memstrata.formats.sniff import sniff_format
 
     try:
+        if args.format is None:
+            args.format = sniff_format(args.file)
         with _open(args, must_exist=False, lm=args.lm) as memory:
             if args.format == "export":
                 counts = memory.import_(args.file, user_id=args.user)
@@ -170,7 +173,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise SystemExit(f"memstrata: {exc}") from None
     except ValueError as exc:
         raise SystemExit(f"memstrata: {args.file}: {exc}") from None
-    print(json.dumps({"db": describe(args.db), "user_id": args.user, **counts}))
+    if counts.get("skipped"):
+        n = counts["skipped"]
+        print(f"memstrata: {n} message{'s' if n != 1 else ''} not stored (system prompts, tool "
+              "plumbing and messages without text are skipped)", file=sys.stderr)
+    print(json.dumps({"db": describe(args.db), "user_id": args.user, "format": args.format,
+                      **counts}))
     return 0
 
 
@@ -239,7 +247,10 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
     p = sub.add_parser("import", help="import conversations from a file",
                        description=cmd_import.__doc__)
     p.add_argument("file")
-    p.add_argument("--format", required=True, choices=(*FORMATS, "export"))
+    p.add_argument("--format", choices=(*FORMATS, "export"),
+                   help="the file's format; by default told apart by its content: a memstrata "
+                   "export's header line, a LoCoMo or LongMemEval JSON array, else messages "
+                   "(JSON or JSONL)")
     common(p)
     p.add_argument("--lm", help="also extract facts with this model")
     p.add_argument("--replace", action="store_true",

@@ -377,7 +377,7 @@ def test_messages_without_text_are_skipped(tmp_path) -> None:
     from memstrata.formats import read_messages
 
     counts = m.import_conversations(read_messages(path), user_id="v")
-    assert counts == {"conversations": 1, "sessions": 1, "turns": 1}
+    assert counts == {"conversations": 1, "sessions": 1, "turns": 1, "skipped": 2}
     assert m.store.conversation_ids("v") == ["c1"]
 
 
@@ -486,9 +486,9 @@ def test_cli_import_forget_and_bad_input(tmp_path, capsys) -> None:
         "haystack_sessions": [[{"role": "user", "content": "I swim at the lido on Sundays",
                                 "has_answer": True},
                                {"role": "assistant", "content": "Lovely!"}]]}]))
-    assert _cli("import", str(lme), "--format", "longmemeval", "--user", "u", "--db", db,
-                "--quiet") == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[-1])["turns"] == 2
+    assert _cli("import", str(lme), "--user", "u", "--db", db, "--quiet") == 0  # told apart
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (report["format"], report["turns"]) == ("longmemeval", 2)
     m = Memory.open(db)
     hit = m.search("where does the user swim", user_id="u")[0]
     assert hit.conversation_id == "q1" and hit.event_time.year == 2023
