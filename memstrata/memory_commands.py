@@ -162,7 +162,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             else:
                 records = read_records(args.file, args.format)
                 total = sum(len(s.messages) for r in records for s in r.sessions)
-                with tqdm(total=total, unit="turn", desc="import", disable=args.quiet) as bar:
+                if not total:
+                    print(f"memstrata: {args.file}: no messages in the file", file=sys.stderr)
+                with tqdm(total=total, unit="turn", desc="import",
+                          disable=args.quiet or not total) as bar:
                     counts = memory.import_conversations(records, user_id=args.user,
                                                          progress=bar.update,
                                                          replace=args.replace)

@@ -78,6 +78,11 @@ def test_cli_import_reads_each_format_without_being_told(
     assert _cli("import", str(tmp_path / "u1.jsonl"), "--user", "u1", "--db",
                 str(tmp_path / "other.db")) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "export"
+    capsys.readouterr()
+    assert _cli("import", str(_write(tmp_path / "empty.jsonl", "\n")), "--user", "u",
+                "--db", db) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["turns"] == 0 and err.strip().endswith("no messages in the file")
     assert _cli("import", "https://example.com/chat.json", "--user", "u", "--db", db) != 0
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "download it and give its path" in err
