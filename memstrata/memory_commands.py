@@ -162,8 +162,6 @@ def cmd_import(args: argparse.Namespace) -> int:
             else:
                 records = read_records(args.file, args.format)
                 total = sum(len(s.messages) for r in records for s in r.sessions)
-                if not total:
-                    print(f"memstrata: {args.file}: no messages in the file", file=sys.stderr)
                 with tqdm(total=total, unit="turn", desc="import",
                           disable=args.quiet or not total) as bar:
                     counts = memory.import_conversations(records, user_id=args.user,
@@ -176,6 +174,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise SystemExit(f"memstrata: {exc}") from None
     except ValueError as exc:
         raise SystemExit(f"memstrata: {args.file}: {exc}") from None
+    # Said once the import is done: a refused file's stderr is its one error line.
+    if args.format != "export" and not counts["turns"] and not counts.get("skipped"):
+        print(f"memstrata: {args.file}: no messages in the file", file=sys.stderr)
     if counts.get("skipped"):
         n = counts["skipped"]
         print(f"memstrata: {n} message{'s' if n != 1 else ''} not stored (system prompts, tool "

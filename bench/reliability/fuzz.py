@@ -840,8 +840,9 @@ def _cli_argv(data: Any, s: dict[str, Any], db: str, files: list[Path], work: Pa
         flags = {"--full": st.just(None)} if cmd == "history" else {}
     elif cmd == "import":
         argv.append(str(draw(st.sampled_from(files))))
-        argv += ["--format", draw(st.sampled_from(["messages", "locomo", "longmemeval",
-                                                   "export", "xml"]))]
+        fmt = draw(st.sampled_from(["messages", "locomo", "longmemeval", "export", "xml",
+                                    None]))  # None: told apart by the file's content
+        argv += ["--format", fmt] if fmt is not None else []
         argv.append("--quiet")
         user = draw(safe.filter(lambda u: u not in (ALICE, BOB)))
     elif cmd == "export":
