@@ -33,6 +33,7 @@ from memstrata.formats.records import (
     SessionRecord,
     to_message,
 )
+from memstrata.formats.sniff import json_shape
 
 from .locomo import LoCoMoConversation, apply_audit, read_locomo
 
@@ -98,11 +99,9 @@ def sniff(path: str | Path) -> Kind:
     doc = load_json(str(path), read_text(path))
     if isinstance(doc, dict) and "conversations" in doc and "questions" in doc:
         return "messages"
-    if isinstance(doc, list) and doc and isinstance(doc[0], dict):
-        if "haystack_sessions" in doc[0]:
-            return "longmemeval"
-        if "conversation" in doc[0] and "qa" in doc[0]:
-            return "locomo"
+    shape = json_shape(doc)
+    if shape == "longmemeval" or (shape == "locomo" and "qa" in doc[0]):  # scored: has qa
+        return shape
     raise ImportFormatError(str(path), "top level", "not a LoCoMo file (an array of "
                             '{"conversation", "qa"}), a LongMemEval file (an array of '
                             'instances with "haystack_sessions") or a labelled-messages file '

@@ -272,7 +272,7 @@ class DeferredEmbedder:
     def __init__(self, key: str) -> None:
         kind: type[MiniLMEmbedder] | type[MPNetEmbedder] = (
             MiniLMEmbedder if key == "minilm" else MPNetEmbedder)
-        self.key, self.name, self.dim = key, kind.name, kind.dim
+        self.name, self.dim = kind.name, kind.dim
         self._factory = EMBEDDERS[key]
         self._loaded: Embedder | None = None
         self._lock = threading.Lock()
