@@ -56,7 +56,10 @@ def export_tenant(store: MemoryStore, user_id: str, path: Path) -> int:
 
     The file is written beside ``path`` (``NAME.partial``) and renamed when whole; on any
     failure the partial file is removed. Raises ``IsADirectoryError`` when ``path`` is a
-    folder, ``OSError`` when it cannot be written."""
+    folder, ``ValueError`` when it is the store's own file (or one beside it that SQLite
+    keeps) or another SQLite database, which the export would replace, ``OSError`` when it
+    cannot be written."""
+    _refuse_a_database(store, path)
     lines: list[dict[str, Any]] = [{"type": "header", "format": FORMAT, "version": VERSION,
                                     "user_id": user_id}]
     lines += [{"type": "conversation", **c} for c in store.conversation_rows(user_id)]
@@ -93,6 +96,29 @@ def export_tenant(store: MemoryStore, user_id: str, path: Path) -> int:
         tmp.unlink(missing_ok=True)
         raise
     return len(lines)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _refuse_a_database(store: MemoryStore, path: Path) -> None:
+    """Raise ``ValueError`` when writing ``path`` would replace a database: the store's
+    own file or its journal files, or any file that starts with SQLite's header."""
+    own = getattr(store, "path", None)
+    if own and own != ":memory:":
+        target = path.resolve()
+        if target in {Path(own + suffix).resolve() for suffix in ("", "-wal", "-shm",
+                                                                  "-journal")}:
+            raise ValueError(f"cannot export to {path}: it is the store itself (name another "
+                             "file)")
+    try:
+        with path.open("rb") as existing:
+            header = existing.read(len(SQLITE_HEADER))
+    except OSError:  # not there, a folder, unreadable: the write says what is wrong
+        return
+    if header == SQLITE_HEADER:
+        raise ValueError(f"cannot export to {path}: it is a SQLite database, which the "
+                         "export would replace (it writes JSONL; name another file)")
 
 
 def _line(row: dict[str, Any]) -> str:

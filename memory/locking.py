@@ -80,13 +80,16 @@ class StoreError(MemstrataError, sqlite3.DatabaseError):
 
     A ``sqlite3.DatabaseError``, so ``except sqlite3.Error`` still catches it. Its message
     names the file, the fault and SQLite's own words; ``code`` is SQLite's primary result
-    code (``sqlite3.SQLITE_FULL``, ...). SQL mistakes and a locked file are not translated.
+    code (``sqlite3.SQLITE_FULL``, ...); ``fault`` replaces the code's usual words where
+    memstrata knows more (a folder given as the file). SQL mistakes and a locked file are
+    not translated.
     """
 
-    def __init__(self, path: str, code: int, detail: str) -> None:
+    def __init__(self, path: str, code: int, detail: str, *, fault: str | None = None) -> None:
         self.path, self.code, self.detail = path, code, detail
         where = f"store {path}" if path else "store"
-        super().__init__(f"{where}: {FAULTS.get(code, 'SQLite failed')} ({detail})")
+        fault = fault or FAULTS.get(code, "SQLite failed")
+        super().__init__(f"{where}: {fault} ({detail})" if detail else f"{where}: {fault}")
 
 
 def fault_detail(exc: BaseException) -> str:

@@ -1207,7 +1207,9 @@ class Memory:
         The file appears whole or not at all (written beside it, then renamed).
 
         Raises:
-            ValueError: a bad ``user_id`` or an empty path.
+            ValueError: a bad ``user_id`` or an empty path; a path that is the store's own
+                file (or its ``-wal``, ``-shm`` or ``-journal``) or another SQLite database,
+                which the export would replace (nothing is written).
             OSError: ``path`` is a folder, or cannot be written (nothing is left behind).
         """
         from memstrata.formats.dump import export_tenant

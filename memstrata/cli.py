@@ -95,7 +95,8 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    """Hybrid search over one tenant; prints one JSON object per hit."""
+    """Hybrid search over one tenant; prints one JSON object per hit (none when nothing
+    scores at least --min-score; a user with nothing stored is said on stderr)."""
     from memstrata.memory import Filters, Retriever
 
     if store_missing(args.db):
@@ -106,12 +107,17 @@ def cmd_search(args: argparse.Namespace) -> int:
     )
     with open_store(args.db, embedder=opener_embedder(not args.no_dense, args.embedder)
                     ) as store:
-        model_has_vectors = bool(store.counts(args.user)["embeddings"])
-        retriever = Retriever(store, store.embedder if model_has_vectors else None,
+        counts = store.counts(args.user)
+        retriever = Retriever(store, store.embedder if counts["embeddings"] else None,
                               weights_from_json(args.weights))
-        for hit in retriever.search(args.user, args.query, k=args.k, filters=filters,
-                                    min_score=args.min_score):
+        hits = retriever.search(args.user, args.query, k=args.k, filters=filters,
+                                min_score=args.min_score)
+        for hit in hits:
             print(hit.model_dump_json(exclude_none=True))
+    if not hits and not counts["turns"] and not counts["items"]:
+        # Tenant ids are exact: a misspelt --user finds an empty tenant, not an error.
+        print(f"memstrata: nothing is stored for user {args.user!r} in {describe(args.db)}",
+              file=sys.stderr)
     return 0
 
 
@@ -192,6 +198,12 @@ def _iso_datetime(raw: str) -> datetime:
         raise argparse.ArgumentTypeError(
             f"not an ISO date or datetime: {raw!r} (e.g. 2026-01-31 or 2026-01-31T12:00)"
         ) from None
+
+
+def _query(raw: str) -> str:
+    if not raw.strip():  # an unset shell variable, most often: say so, not "no hits"
+        raise argparse.ArgumentTypeError("the query is blank")
+    return raw
 
 
 def _unit_interval(raw: str) -> float:
@@ -417,18 +429,28 @@ class _Parser(argparse.ArgumentParser):
                                  "the following arguments are required:")):
             # A misspelt --user also leaves the real one missing: either message.
             message += self._near_options()
+            command = self._command()
+            if command is not self:
+                # argparse reports a subcommand's unknown arguments from the top parser:
+                # show the subcommand's usage, where its options are.
+                command.print_usage(sys.stderr)
+                self.exit(2, f"{command.prog}: error: {message}\n")
         super().error(message)
+
+    def _command(self) -> argparse.ArgumentParser:
+        """The parser of the deepest (sub)command the arguments name."""
+        parser: argparse.ArgumentParser = self
+        for arg in self._argv:
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if subs and arg in subs[0].choices:
+                parser = subs[0].choices[arg]
+        return parser
 
     def _near_options(self) -> str:
         """``; did you mean '--user' for '--usr'?`` for the first unknown option of the
         arguments that is near one of the (sub)command's own options; empty when none
         is."""
-        parser: argparse.ArgumentParser = self
-        for arg in self._argv:  # descend into the subcommands the arguments name
-            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-            if subs and arg in subs[0].choices:
-                parser = subs[0].choices[arg]
-        known = [o for a in parser._actions for o in a.option_strings]
+        known = [o for a in self._command()._actions for o in a.option_strings]
         for arg in self._argv:
             given = arg.split("=", 1)[0]
             if (given.startswith("--") and given not in known
@@ -480,7 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("search", help="hybrid search over one tenant's memory",
                        description=cmd_search.__doc__)
-    p.add_argument("query")
+    p.add_argument("query", type=_query, help="what to look for, in words")
     p.add_argument("--user", required=True, help="tenant id (LoCoMo: the sample_id)")
     p.add_argument("--db", default=DEFAULT_DB,
                    help=f"store file or postgresql:// URL (default {DEFAULT_DB})")

@@ -188,7 +188,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write everything of a user (conversations, turns, items, edges, blobs, versions)
-    as JSONL; `memstrata import FILE --format export` reads it back."""
+    as JSONL; `memstrata import FILE` reads it back. The file is replaced whole if it
+    exists, unless it is a SQLite database (the store itself, say): that is refused."""
     with _open(args) as memory:
         lines = memory.export(args.user, args.file)
     print(json.dumps({"file": args.file, "user_id": args.user, "lines": lines}))
@@ -266,7 +267,7 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
 
     p = sub.add_parser("export", help="write everything of a user as JSONL",
                        description=cmd_export.__doc__)
-    p.add_argument("file")
+    p.add_argument("file", help="the JSONL file to write")
     common(p)
     p.set_defaults(func=cmd_export)
 

@@ -121,6 +121,40 @@ def test_export_to_a_folder_fails_cleanly(tmp_path: Path,
     assert not list(tmp_path.rglob("*.partial"))
 
 
+def test_export_onto_a_database_is_refused_and_the_store_kept(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "m.db"
+    assert _cli("add", "--db", str(db), "--user", "u", "hello", "--durability", "full") == 0
+    other = tmp_path / "other.db"
+    Memory.open(other, embedder=None).store.close()
+    capsys.readouterr()
+    for target, said in [(db, "it is the store itself"),
+                         (tmp_path / "m.db-wal", "it is the store itself"),
+                         (tmp_path / "." / "m.db", "it is the store itself"),
+                         (other, "it is a SQLite database")]:
+        before = target.read_bytes() if target.exists() else None
+        assert _cli("export", str(target), "--user", "u", "--db", str(db)) == 2, target
+        assert said in _one_line(capsys)
+        assert (target.read_bytes() if target.exists() else None) == before
+    with Memory.open(db, embedder=None) as memory:
+        assert [t.text for t in memory.store.turns("u")] == ["hello"]
+    assert _cli("export", str(tmp_path / "u.jsonl"), "--user", "u", "--db", str(db)) == 0
+    assert _cli("export", str(tmp_path / "u.jsonl"), "--user", "u", "--db", str(db)) == 0
+
+
+def test_unknown_arguments_show_the_subcommands_usage(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli("export", "e.jsonl", "--user", "u", "--out", "x") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: memstrata export") and "[--durability" in err
+    assert err.rstrip().splitlines()[-1] == ("memstrata export: error: unrecognized "
+                                             "arguments: --out x")
+    assert _cli("bench", "retrieval", "--lmit", "3") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: memstrata bench retrieval")
+    assert err.rstrip().endswith("did you mean '--limit' for '--lmit'?")
+
+
 def test_a_misspelt_command_or_choice_gets_the_nearest_one(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert _cli("serch", "x") == 2
@@ -154,6 +188,21 @@ def test_counts_below_their_least_are_usage_errors(tmp_path: Path,
         assert said in capsys.readouterr().err
     assert _cli("search", "Lisbon", "-k", "1", "--user", "ana", "--db", db) == 0
     assert "Lisbon" in capsys.readouterr().out
+
+
+def test_search_says_a_blank_query_and_a_user_with_nothing_stored(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "m.db")
+    assert _cli("add", "I like tea", "--user", "ana", "--db", db) == 0
+    capsys.readouterr()
+    assert _cli("search", " ", "--user", "ana", "--db", db) == 2
+    assert "argument query: the query is blank" in capsys.readouterr().err
+    assert _cli("search", "tea", "--user", "Ana", "--db", db) == 0
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.strip() == f"memstrata: nothing is stored for user 'Ana' in {db}"
+    assert _cli("search", "xyzzy plugh", "--user", "ana", "--db", db) == 0
+    assert capsys.readouterr() == ("", "")  # a tenant with memories: no hit, no note
 
 
 def test_version_and_python_dash_m(capsys: pytest.CaptureFixture[str]) -> None:

@@ -441,8 +441,11 @@ def _strategies(tenants: Tenants, work: Path) -> dict[str, Any]:
                          st.dictionaries(st.sampled_from(BAD_KEYS), st.sampled_from(BAD_VALUES),
                                          min_size=1, max_size=3)),
         "user": st.one_of(st.sampled_from([ALICE, "carol", "", " ", "x" * 300, "a\x00b"]), safe),
+        # The store itself and its WAL among them: an export there would replace them.
         "path": st.sampled_from([str(work / "out" / n) for n in (
-            "a.jsonl", "", ".", "..", "x" * 300, "a\x00b", "\udcff", "no/such/dir/x.jsonl")]),
+            "a.jsonl", "", ".", "..", "x" * 300, "a\x00b", "\udcff", "no/such/dir/x.jsonl")]
+            + ([str(tenants.path), f"{tenants.path}-wal"] if isinstance(tenants.path, Path)
+               else [])),
     }
 
 

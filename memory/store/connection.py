@@ -202,6 +202,11 @@ class StoreConnection(EmbedderSetting):
         """
         path = str(path)
         if path != ":memory:":
+            if Path(path).is_dir():
+                # SQLite's own words ("unable to open database file") hide the mistake.
+                raise StoreError(path, sqlite3.SQLITE_CANTOPEN, "", fault=(
+                    f"a folder, not a store file: give a file's path, such as "
+                    f"{Path(path) / 'memstrata.db'}"))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         with file_faults(path):
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)

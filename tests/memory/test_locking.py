@@ -90,6 +90,16 @@ def test_a_corrupt_or_foreign_file_raises_store_error(tmp_path) -> None:
         Store.open(path)
 
 
+def test_a_folder_given_as_the_store_says_so_and_creates_nothing(tmp_path) -> None:
+    from memstrata.memory import StoreError
+
+    with pytest.raises(StoreError, match="a folder, not a store file") as caught:
+        Store.open(tmp_path)
+    assert caught.value.code == sqlite3.SQLITE_CANTOPEN
+    assert str(tmp_path / "memstrata.db") in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_damaged_stored_value_raises_store_error(tmp_path) -> None:
     from memstrata.memory import StoreError, Turn
 
