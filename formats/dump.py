@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from memstrata.memory import MemoryStore
 from memstrata.memory.bank import embed_strategies
 from memstrata.memory.models import ITEM_ADAPTER, Conversation, Edge, Session, Turn, as_utc
+from memstrata.memory.paths import refuse_database
 from memstrata.memory.runs import RunRecord, StepRecord
 from memstrata.memory.store.jobs import Job
 
@@ -59,7 +60,7 @@ def export_tenant(store: MemoryStore, user_id: str, path: Path) -> int:
     folder, ``ValueError`` when it is the store's own file (or one beside it that SQLite
     keeps) or another SQLite database, which the export would replace, ``OSError`` when it
     cannot be written."""
-    _refuse_a_database(store, path)
+    refuse_database(path, store_path=getattr(store, "path", None))
     lines: list[dict[str, Any]] = [{"type": "header", "format": FORMAT, "version": VERSION,
                                     "user_id": user_id}]
     lines += [{"type": "conversation", **c} for c in store.conversation_rows(user_id)]
@@ -96,29 +97,6 @@ def export_tenant(store: MemoryStore, user_id: str, path: Path) -> int:
         tmp.unlink(missing_ok=True)
         raise
     return len(lines)
-
-
-SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-def _refuse_a_database(store: MemoryStore, path: Path) -> None:
-    """Raise ``ValueError`` when writing ``path`` would replace a database: the store's
-    own file or its journal files, or any file that starts with SQLite's header."""
-    own = getattr(store, "path", None)
-    if own and own != ":memory:":
-        target = path.resolve()
-        if target in {Path(own + suffix).resolve() for suffix in ("", "-wal", "-shm",
-                                                                  "-journal")}:
-            raise ValueError(f"cannot export to {path}: it is the store itself (name another "
-                             "file)")
-    try:
-        with path.open("rb") as existing:
-            header = existing.read(len(SQLITE_HEADER))
-    except OSError:  # not there, a folder, unreadable: the write says what is wrong
-        return
-    if header == SQLITE_HEADER:
-        raise ValueError(f"cannot export to {path}: it is a SQLite database, which the "
-                         "export would replace (it writes JSONL; name another file)")
 
 
 def _line(row: dict[str, Any]) -> str:

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from memstrata.memory.paths import refuse_database
+
 from .records import ConversationRecord, ImportFormatError, Message, SessionRecord, to_message
 
 DEFAULT_ID = "default"
@@ -170,7 +172,9 @@ def write_messages(records: Iterable[ConversationRecord], path: str | Path) -> P
 
     Raises:
         TypeError: some metadata is not JSON-serialisable (nothing is written then).
+        ValueError: ``path`` is a SQLite database (nothing is written).
     """
+    refuse_database(path)
     lines = []
     for conversation in records:
         for session in conversation.sessions:

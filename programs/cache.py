@@ -11,6 +11,8 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
+from memstrata.memory.paths import refuse_database
+
 T = TypeVar("T", bound=BaseModel)
 
 
@@ -23,6 +25,12 @@ class JsonlCache(Generic[T]):
     """
 
     def __init__(self, path: Path, model: type[T], key_field: str = "key") -> None:
+        """Read the records already in ``path`` (a missing file is an empty cache).
+
+        Raises:
+            ValueError: ``path`` is a SQLite database (a store given as the cache).
+        """
+        refuse_database(path)
         self.path = path
         self.model = model
         self.key_field = key_field

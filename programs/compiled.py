@@ -27,6 +27,8 @@ from typing import Any
 
 import dspy
 
+from memstrata.memory.paths import refuse_database
+
 from .refs import ProgramRef
 from .structured import _without_defaults
 
@@ -175,8 +177,9 @@ def save_program(program: dspy.Module, path: str | Path, *, name: str | None = N
         meta: how it was made (optimizer, models, train/val ids, cost), kept as given.
 
     Raises:
-        ValueError: ``name`` is not a known program.
+        ValueError: ``name`` is not a known program; ``path`` is a SQLite database.
     """
+    refuse_database(path)
     name = name or program_name(program)
     if name not in _builders():
         raise ValueError(f"unknown program {name!r}: one of {sorted(_builders())}")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from memstrata.memory import MemoryStore
+from memstrata.memory.paths import refuse_database
 
 
 def export_jsonl(store: MemoryStore, path: str | Path, *, user_id: str | None = None,
@@ -13,7 +14,12 @@ def export_jsonl(store: MemoryStore, path: str | Path, *, user_id: str | None = 
     """Write the newest ``limit`` runs (of one tenant, or all) to ``path``; returns the count.
 
     Each line is the run record with a ``steps`` list, as stored (already redacted).
+
+    Raises:
+        ValueError: ``path`` is the store itself or another SQLite database (nothing is
+            written).
     """
+    refuse_database(path, store_path=getattr(store, "path", None))
     runs = store.runs.list(user_id, limit=limit)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

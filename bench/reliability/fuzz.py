@@ -863,7 +863,8 @@ def _cli_argv(data: Any, s: dict[str, Any], db: str, files: list[Path], work: Pa
         argv.append(draw(st.sampled_from(["list", "show", "export", "prune", "bogus"])))
         if draw(st.booleans()):
             argv.append(draw(arg))
-        flags = {"--out": st.just(str(work / "out" / "runs.jsonl")), "-n": number,
+        flags = {"--out": st.sampled_from([str(work / "out" / "runs.jsonl")] * 3 + [db]),
+                 "-n": number,
                  "--before": arg, "--older-than": number, "--keep": number,
                  "--dry-run": st.just(None), "--drop-evidence": st.just(None)}
     elif cmd == "persona":
