@@ -9,7 +9,9 @@ with a one-line ``memstrata: ...`` message (``cli.main`` prints it and exits 2).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -151,3 +153,25 @@ def port_number(raw: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 1-65535, not {port}")
     return port
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` for a server to accept on, bound before the
+    server says where it listens.
+
+    Raises:
+        SystemExit: the address cannot be bound (a port in use, an address this machine
+            does not have, a port below 1024 without the right), in one line.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        hint = " (another server is there: give --port)" if exc.errno == errno.EADDRINUSE else ""
+        raise SystemExit(f"memstrata: cannot listen on {host}:{port}: "
+                         f"{exc.strerror or exc}{hint}") from None
+    sock.set_inheritable(True)
+    return sock

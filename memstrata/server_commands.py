@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from memstrata.cli_support import port_number
+from memstrata.cli_support import listen, port_number
 from memstrata.memory.store.opener import describe, store_missing
 from memstrata.memory_commands import NotFound, no_store
 
@@ -56,7 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
             lm = setup_lm(args.lm, api_base=args.api_base)
         memory = Memory.open(args.db, lm=lm)
-    with memory:
+    with memory, listen(args.host, args.port) as sock:
         app = create_app(memory, max_body=args.max_body, host=args.host, mcp=not args.no_mcp,
                          ui=not args.no_ui)
         active = memory.store.keys.records(revoked=False)
@@ -72,7 +72,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print("memstrata: listening beyond loopback over plain HTTP: put TLS in front "
                   "(keys travel in every request)", file=sys.stderr)
         uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
-                                      log_level=args.log_level, access_log=False)).run()
+                                      log_level=args.log_level, access_log=False)
+                       ).run(sockets=[sock])
     return 0
 
 

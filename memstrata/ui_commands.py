@@ -13,7 +13,7 @@ import ipaddress
 import sys
 from typing import TYPE_CHECKING, Any
 
-from memstrata.cli_support import port_number
+from memstrata.cli_support import listen, port_number
 from memstrata.memory.store.opener import describe, store_missing
 
 if TYPE_CHECKING:
@@ -101,12 +101,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
     require("jinja2", "server", "the inspector")
     from memstrata.api import Memory
 
-    with Memory.open(args.db) as memory:
+    with Memory.open(args.db) as memory, listen(args.host, args.port) as sock:
         shown = f"[{args.host}]" if ":" in args.host else args.host
         print(f"memstrata: the inspector of {describe(args.db)} at http://{shown}:{args.port}/"
               " (no login; Ctrl-C stops it)", file=sys.stderr)
-        uvicorn.run(local_app(memory, args.host), host=args.host, port=args.port,
-                    log_level="warning")
+        uvicorn.Server(uvicorn.Config(local_app(memory, args.host), host=args.host,
+                                      port=args.port, log_level="warning")
+                       ).run(sockets=[sock])
     return 0
 
 

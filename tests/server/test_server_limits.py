@@ -138,6 +138,24 @@ def test_keys_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert _cli("serve", "--max-body", "12", "--db", db) == 2
 
 
+def test_a_port_in_use_is_one_line_before_anything_says_it_serves(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    db = str(tmp_path / "p.db")
+    assert _cli("add", "hello", "--user", "ana", "--db", db) == 0
+    capsys.readouterr()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        for argv in (("serve", "--port", port, "--db", db), ("ui", "--port", port, "--db", db)):
+            assert _cli(*argv) == 2, argv
+            err = capsys.readouterr().err.strip()
+            assert err == (f"memstrata: cannot listen on 127.0.0.1:{port}: Address already in "
+                           "use (another server is there: give --port)"), err
+
+
 def test_serve_command_answers_with_keys(tmp_path: Path) -> None:
     """``memstrata serve`` as a user starts it: 401 without a key, the tenant's data with
     one; the key is never printed by the server."""
