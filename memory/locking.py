@@ -86,7 +86,7 @@ class StoreError(MemstrataError, sqlite3.DatabaseError):
     """
 
     def __init__(self, path: str, code: int, detail: str, *, fault: str | None = None) -> None:
-        self.path, self.code, self.detail = path, code, detail
+        self.path, self.code, self.detail, self.fault = path, code, detail, fault
         where = f"store {path}" if path else "store"
         fault = fault or FAULTS.get(code, "SQLite failed")
         super().__init__(f"{where}: {fault} ({detail})" if detail else f"{where}: {fault}")

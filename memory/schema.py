@@ -375,6 +375,43 @@ MIGRATIONS: list[Migration] = [
 LATEST_VERSION = MIGRATIONS[-1][0]
 
 
+MIGRATIONS_COLUMNS = ("version", "name", "applied_at")
+"""The columns of memstrata's ``schema_migrations`` table, in order."""
+
+
+def foreign(conn: sqlite3.Connection) -> str | None:
+    """Why the database is another program's, or None when it is memstrata's or empty.
+
+    memstrata records its versions in ``schema_migrations`` before it makes any other
+    table, so a file with tables and no such record is not its; nor is one whose
+    ``schema_migrations`` has other columns (Rails and other frameworks use the name).
+    Setting memstrata up in such a file would mix its tables with the program's, and a
+    forget (which empties every table with a ``user_id`` column) would reach the
+    program's rows.
+    """
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "ORDER BY rowid")]
+    if "schema_migrations" in tables:
+        columns = tuple(r[1] for r in conn.execute("PRAGMA table_info(schema_migrations)"))
+        if columns != MIGRATIONS_COLUMNS:
+            return f"its schema_migrations table is not memstrata's (columns: {', '.join(columns)})"
+        return None
+    if tables:
+        return (f"it holds tables memstrata did not make ({', '.join(tables[:5])}"
+                f"{', ...' if len(tables) > 5 else ''})")
+    return None
+
+
+def refuse_foreign(conn: sqlite3.Connection) -> None:
+    """Raise ``StoreError`` (``SQLITE_SCHEMA``) when the database is another program's
+    (:func:`foreign`); run before anything is written to it."""
+    if why := foreign(conn):
+        raise StoreError("", sqlite3.SQLITE_SCHEMA, "", fault=(
+            f"another program's database: {why}; memstrata keeps its memory in a file of "
+            "its own (name another file)"))
+
+
 def applied_versions(conn: sqlite3.Connection) -> list[int]:
     """Versions recorded in ``schema_migrations`` (empty for a new database)."""
     conn.execute(

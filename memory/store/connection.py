@@ -42,7 +42,7 @@ from ..locking import (
     retry_busy,
 )
 from ..runs import Runs
-from ..schema import LATEST_VERSION, altered_tables, migrate
+from ..schema import LATEST_VERSION, altered_tables, migrate, refuse_foreign
 from .blobs import Blobs
 from .jobs import Jobs
 from .kept_vectors import KeptVectors
@@ -81,7 +81,8 @@ def _prepare(conn: sqlite3.Connection, path: str, cache_mb: int) -> None:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
     if path != ":memory:":
-        with _schema_faults(path):  # the first statement that reads the file
+        with _schema_faults(path):  # the first statements that read the file
+            retry_busy(lambda: refuse_foreign(conn))  # before WAL changes its header
             # A new file's first opener switches it to WAL; others opening it at that
             # moment see it locked for an instant.
             retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))
@@ -214,7 +215,8 @@ class StoreConnection(EmbedderSetting):
                 _prepare(conn, path, cache_mb)
             except StoreError as exc:
                 conn.close()
-                raise (exc if exc.path else StoreError(path, exc.code, exc.detail)) from None
+                raise (exc if exc.path else StoreError(path, exc.code, exc.detail,
+                                                       fault=exc.fault)) from None
             except BaseException:
                 conn.close()
                 raise

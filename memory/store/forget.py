@@ -1,17 +1,18 @@
 """Forgetting a tenant completely: every row, index entry, vector, blob and run of it.
 
-``forget_tenant`` deletes, in one transaction, the tenant's rows from every table that
-has a ``user_id`` column (found in ``sqlite_master``, so a table added later is covered
-without a change here), the FTS5 rows of its turns and items, and the steps of its runs.
-SQLite would otherwise keep deleted text on free pages and in FTS5's index segments until
-they are reused or merged: ``secure_delete`` zeroes freed pages, FTS5's ``rebuild``
-rewrites the index without the deleted entries, ``VACUUM`` rebuilds the file from the
-live rows (B-tree rebalancing leaves stale copies of moved cells in the unused gaps of
-pages still in use, which ``secure_delete`` does not clear: the crash bench found a
-forgotten tenant's turns there), and a WAL checkpoint moves the result into the main
-file. The deletion is atomic (one transaction); the scrub after it is not: a crash
-between the two leaves the tenant's rows gone but some of its bytes on disk until the
-next ``VACUUM``. Nothing of any other tenant is read or changed.
+``forget_tenant`` deletes, in one transaction, the tenant's rows from every table of
+memstrata's that has a ``user_id`` column (found in ``sqlite_master`` among the tables the
+migrations make, so a table a migration adds is covered without a change here, and a table
+another program added to the file is left alone), the FTS5 rows of its turns and items,
+and the steps of its runs. SQLite would otherwise keep deleted text on free pages and in
+FTS5's index segments until they are reused or merged: ``secure_delete`` zeroes freed
+pages, FTS5's ``rebuild`` rewrites the index without the deleted entries, ``VACUUM``
+rebuilds the file from the live rows (B-tree rebalancing leaves stale copies of moved
+cells in the unused gaps of pages still in use, which ``secure_delete`` does not clear:
+the crash bench found a forgotten tenant's turns there), and a WAL checkpoint moves the
+result into the main file. The deletion is atomic (one transaction); the scrub after it is
+not: a crash between the two leaves the tenant's rows gone but some of its bytes on disk
+until the next ``VACUUM``. Nothing of any other tenant is read or changed.
 
 ``scrubbing`` does the same scrub around any other deletion (``Memory.delete`` of one turn
 or item, an import that replaces a conversation): the deleted rows' text is also in FTS5
@@ -34,6 +35,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ..locking import is_busy
+from ..schema import migrated_columns
 
 if TYPE_CHECKING:
     from .connection import StoreConnection as Store
@@ -42,10 +44,12 @@ _FTS = {"turns": "turns_fts", "items": "items_fts"}
 
 
 def tenant_tables(store: Store) -> list[str]:
-    """Every ordinary table with a ``user_id`` column, in creation order."""
+    """Every table memstrata's migrations make that has a ``user_id`` column, in creation
+    order (a table another program added to the file is not memstrata's to empty)."""
+    own = migrated_columns()
     names = [r[0] for r in store.conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
-        " ORDER BY rowid")]
+        " ORDER BY rowid") if r[0] in own]
     return [n for n in names if any(
         c[1] == "user_id" for c in store.conn.execute(f"PRAGMA table_info({n})"))]
 

@@ -100,6 +100,29 @@ def test_a_folder_given_as_the_store_says_so_and_creates_nothing(tmp_path) -> No
     assert list(tmp_path.iterdir()) == []
 
 
+def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path) -> None:
+    from memstrata.memory import StoreError
+
+    app = tmp_path / "app.db"
+    with sqlite3.connect(app) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, user_id TEXT)")
+        conn.execute("INSERT INTO users (user_id) VALUES ('ana')")
+    conn.close()
+    rails = tmp_path / "rails.db"
+    with sqlite3.connect(rails) as conn:
+        conn.execute("CREATE TABLE schema_migrations (version VARCHAR PRIMARY KEY)")
+        conn.execute("INSERT INTO schema_migrations VALUES ('20240101000000')")
+    conn.close()
+    for path, said in [(app, "it holds tables memstrata did not make (users)"),
+                       (rails, "its schema_migrations table is not memstrata's")]:
+        before = path.read_bytes()
+        with pytest.raises(StoreError, match="another program's database") as caught:
+            Store.open(path)
+        assert said in str(caught.value) and str(path) in str(caught.value)
+        assert caught.value.code == sqlite3.SQLITE_SCHEMA
+        assert path.read_bytes() == before
+
+
 def test_a_damaged_stored_value_raises_store_error(tmp_path) -> None:
     from memstrata.memory import StoreError, Turn
 

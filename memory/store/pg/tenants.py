@@ -25,6 +25,7 @@ from ..nodes import _DISTINCT as SQLITE_DISTINCT
 from ..rows import node_type
 from ..versions import Version, _version
 from .connection import PgConnection
+from .schema import TENANT_TABLES
 
 if TYPE_CHECKING:
     from ...models import Item, Turn
@@ -119,10 +120,12 @@ class PgTenants(PgConnection):
         deleted: dict[str, int] = {}
         with self.transaction():
             self._lock_tenant(user_id)
+            # memstrata's tables only: the database may hold another program's tables
+            # with a user_id column of their own.
             tables = [r[0] for r in self._rows(
                 user_id, "SELECT table_name FROM information_schema.columns WHERE"
                 " table_schema = current_schema() AND column_name = 'user_id'"
-                " ORDER BY table_name")]
+                " AND table_name = ANY(%s) ORDER BY table_name", (list(TENANT_TABLES),))]
             for table in tables:
                 count = self._exec(user_id, sql.SQL("DELETE FROM {} WHERE user_id = %s")
                                    .format(sql.Identifier(table)), (user_id,))

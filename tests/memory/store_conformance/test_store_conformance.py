@@ -318,6 +318,30 @@ def test_forget_user(backend: Any) -> None:
     assert backend.forget_user("u1") == {}
 
 
+def test_forget_user_leaves_another_programs_table_alone(
+        backend: Any, backend_name: str, request: pytest.FixtureRequest) -> None:
+    # The file or database also holds a table of the application's, with its own user_id.
+    if backend_name == "sqlite":
+        def sql(statement: str) -> list[Any]:
+            return backend.conn.execute(statement).fetchall()
+    else:
+        import psycopg
+
+        def sql(statement: str) -> list[Any]:
+            with psycopg.connect(request.getfixturevalue("pg_url"), autocommit=True) as conn:
+                cursor = conn.execute(statement)
+                return cursor.fetchall() if cursor.description else []
+    sql("CREATE TABLE app_profiles (user_id TEXT, email TEXT)")
+    sql("INSERT INTO app_profiles VALUES ('u1', 'u1@example.com')")
+    if backend_name == "postgres":  # a deployment whose app role may write every table
+        sql(f"GRANT ALL ON app_profiles TO {backend.DEFAULT_ROLE}")
+    _conversation(backend, user="u1")
+    deleted = backend.forget_user("u1")
+    assert deleted["turns"] == 4 and "app_profiles" not in deleted
+    assert set(backend.counts("u1").values()) == {0}
+    assert sql("SELECT user_id, email FROM app_profiles") == [("u1", "u1@example.com")]
+
+
 def test_transactions_roll_back_together(backend: Any) -> None:
     with pytest.raises(RuntimeError), backend.transaction():
         backend.add(FactItem(user_id="u1", text="never stored"))
