@@ -385,9 +385,8 @@ def foreign(conn: sqlite3.Connection) -> str | None:
     memstrata records its versions in ``schema_migrations`` before it makes any other
     table, so a file with tables and no such record is not its; nor is one whose
     ``schema_migrations`` has other columns (Rails and other frameworks use the name).
-    Setting memstrata up in such a file would mix its tables with the program's, and a
-    forget (which empties every table with a ``user_id`` column) would reach the
-    program's rows.
+    Setting memstrata up in such a file would mix its tables with the program's (whose
+    names, ``items`` or ``jobs``, may be memstrata's too).
     """
     tables = [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
@@ -403,11 +402,11 @@ def foreign(conn: sqlite3.Connection) -> str | None:
     return None
 
 
-def refuse_foreign(conn: sqlite3.Connection) -> None:
-    """Raise ``StoreError`` (``SQLITE_SCHEMA``) when the database is another program's
-    (:func:`foreign`); run before anything is written to it."""
+def refuse_foreign(conn: sqlite3.Connection, path: str = "") -> None:
+    """Raise ``StoreError`` (``SQLITE_SCHEMA``, naming ``path``) when the database is
+    another program's (:func:`foreign`); run before anything is written to it."""
     if why := foreign(conn):
-        raise StoreError("", sqlite3.SQLITE_SCHEMA, "", fault=(
+        raise StoreError(path, sqlite3.SQLITE_SCHEMA, "", fault=(
             f"another program's database: {why}; memstrata keeps its memory in a file of "
             "its own (name another file)"))
 

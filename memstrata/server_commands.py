@@ -49,31 +49,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from memstrata.server import create_app
 
     created = store_missing(args.db)
-    with contextlib.redirect_stdout(sys.stderr):  # a model loading may print
-        lm = None
-        if args.lm:
-            from memstrata.programs import setup_lm
+    # The port first: a port in use leaves no new, empty store and no model loaded.
+    with listen(args.host, args.port) as sock:
+        with contextlib.redirect_stdout(sys.stderr):  # a model loading may print
+            lm = None
+            if args.lm:
+                from memstrata.programs import setup_lm
 
-            lm = setup_lm(args.lm, api_base=args.api_base)
-        memory = Memory.open(args.db, lm=lm)
-    with memory, listen(args.host, args.port) as sock:
-        app = create_app(memory, max_body=args.max_body, host=args.host, mcp=not args.no_mcp,
-                         ui=not args.no_ui)
-        active = memory.store.keys.records(revoked=False)
-        where = describe(args.db) + (" (a new, empty store)" if created else "")
-        print(f"memstrata: serving {where} at http://{args.host}:{args.port} (REST /v1, "
-              f"OpenAPI /openapi.json{'' if args.no_mcp else ', MCP /mcp'}"
-              f"{'' if args.no_ui else ', inspector /ui'}); {len(active)} active key(s)",
-              file=sys.stderr)
-        if not active:
-            print(f"memstrata: no key yet: every request gets 401 until one exists "
-                  f"('memstrata keys create --user U --db {args.db}')", file=sys.stderr)
-        if args.host not in LOOPBACK:
-            print("memstrata: listening beyond loopback over plain HTTP: put TLS in front "
-                  "(keys travel in every request)", file=sys.stderr)
-        uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
-                                      log_level=args.log_level, access_log=False)
-                       ).run(sockets=[sock])
+                lm = setup_lm(args.lm, api_base=args.api_base)
+            memory = Memory.open(args.db, lm=lm)
+        with memory:
+            app = create_app(memory, max_body=args.max_body, host=args.host, mcp=not args.no_mcp,
+                             ui=not args.no_ui)
+            active = memory.store.keys.records(revoked=False)
+            where = describe(args.db) + (" (a new, empty store)" if created else "")
+            print(f"memstrata: serving {where} at http://{args.host}:{args.port} (REST /v1, "
+                  f"OpenAPI /openapi.json{'' if args.no_mcp else ', MCP /mcp'}"
+                  f"{'' if args.no_ui else ', inspector /ui'}); {len(active)} active key(s)",
+                  file=sys.stderr)
+            if not active:
+                print(f"memstrata: no key yet: every request gets 401 until one exists "
+                      f"('memstrata keys create --user U --db {args.db}')", file=sys.stderr)
+            if args.host not in LOOPBACK:
+                print("memstrata: listening beyond loopback over plain HTTP: put TLS in front "
+                      "(keys travel in every request)", file=sys.stderr)
+            uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
+                                          log_level=args.log_level, access_log=False)
+                           ).run(sockets=[sock])
     return 0
 
 

@@ -101,7 +101,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     require("jinja2", "server", "the inspector")
     from memstrata.api import Memory
 
-    with Memory.open(args.db) as memory, listen(args.host, args.port) as sock:
+    with listen(args.host, args.port) as sock, Memory.open(args.db) as memory:
         shown = f"[{args.host}]" if ":" in args.host else args.host
         print(f"memstrata: the inspector of {describe(args.db)} at http://{shown}:{args.port}/"
               " (no login; Ctrl-C stops it)", file=sys.stderr)

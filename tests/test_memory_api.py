@@ -593,8 +593,8 @@ def test_cli_usage_error_is_one_line_whatever_the_arguments_hold(capsys) -> None
     for junk in ("a\x1eb", "a\nb", "a\u2028b", "a\x85b"):
         assert _cli("stats", junk) == 2, repr(junk)
         lines = capsys.readouterr().err.strip().splitlines()
-        assert len(lines) == 2 and lines[0].startswith("usage: memstrata"), lines
-        assert lines[1].startswith("memstrata: error: unrecognized arguments: a b"), lines
+        assert len(lines) == 2 and lines[0].startswith("usage: memstrata stats"), lines
+        assert lines[1].startswith("memstrata stats: error: unrecognized arguments: a b"), lines
 
 
 def test_every_verb_states_its_llm_calls() -> None:

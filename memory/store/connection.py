@@ -82,7 +82,7 @@ def _prepare(conn: sqlite3.Connection, path: str, cache_mb: int) -> None:
     conn.execute("PRAGMA foreign_keys = ON")
     if path != ":memory:":
         with _schema_faults(path):  # the first statements that read the file
-            retry_busy(lambda: refuse_foreign(conn))  # before WAL changes its header
+            retry_busy(lambda: refuse_foreign(conn, path))  # before WAL changes its header
             # A new file's first opener switches it to WAL; others opening it at that
             # moment see it locked for an instant.
             retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"))

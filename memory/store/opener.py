@@ -167,7 +167,8 @@ def schema_versions(target: str | Path) -> tuple[list[int], list[int]]:
 
     Raises:
         StoreError: the file or the database cannot be read (for a URL: unreachable, or
-            the login refused; the message names the server without its password).
+            the login refused; the message names the server without its password); the
+            file is another program's SQLite database.
     """
     if is_url(target):
         from .pg import schema as pgschema
@@ -175,7 +176,7 @@ def schema_versions(target: str | Path) -> tuple[list[int], list[int]]:
 
         return recorded_versions(str(target)), [v for v, _, _ in pgschema.MIGRATIONS]
     from ..locking import file_faults
-    from ..schema import MIGRATIONS
+    from ..schema import MIGRATIONS, refuse_foreign
 
     known = [v for v, _, _ in MIGRATIONS]
     if store_missing(target) or str(target) == ":memory:":
@@ -185,6 +186,7 @@ def schema_versions(target: str | Path) -> tuple[list[int], list[int]]:
         # as_uri escapes what a URI would misread in a path ("?", "#", "%").
         conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
         try:
+            refuse_foreign(conn, path)
             found = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_migrations'"
                                  ).fetchone()
             rows = conn.execute("SELECT version FROM schema_migrations ORDER BY 1").fetchall() \

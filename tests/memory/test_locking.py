@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -102,6 +103,7 @@ def test_a_folder_given_as_the_store_says_so_and_creates_nothing(tmp_path) -> No
 
 def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path) -> None:
     from memstrata.memory import StoreError
+    from memstrata.memory.store.opener import schema_versions
 
     app = tmp_path / "app.db"
     with sqlite3.connect(app) as conn:
@@ -120,6 +122,8 @@ def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path) -> No
             Store.open(path)
         assert said in str(caught.value) and str(path) in str(caught.value)
         assert caught.value.code == sqlite3.SQLITE_SCHEMA
+        with pytest.raises(StoreError, match=re.escape(said)):
+            schema_versions(path)  # `memstrata migrate --check` reads it the same way
         assert path.read_bytes() == before
 
 

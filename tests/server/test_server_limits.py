@@ -149,11 +149,14 @@ def test_a_port_in_use_is_one_line_before_anything_says_it_serves(
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = str(held.getsockname()[1])
-        for argv in (("serve", "--port", port, "--db", db), ("ui", "--port", port, "--db", db)):
+        new = str(tmp_path / "new.db")  # serve would create it: not when it cannot listen
+        for argv in (("serve", "--port", port, "--db", db), ("ui", "--port", port, "--db", db),
+                     ("serve", "--port", port, "--db", new)):
             assert _cli(*argv) == 2, argv
             err = capsys.readouterr().err.strip()
             assert err == (f"memstrata: cannot listen on 127.0.0.1:{port}: Address already in "
                            "use (another server is there: give --port)"), err
+    assert not (tmp_path / "new.db").exists()
 
 
 def test_serve_command_answers_with_keys(tmp_path: Path) -> None:
