@@ -375,10 +375,6 @@ MIGRATIONS: list[Migration] = [
 LATEST_VERSION = MIGRATIONS[-1][0]
 
 
-MIGRATIONS_COLUMNS = ("version", "name", "applied_at")
-"""The columns of memstrata's ``schema_migrations`` table, in order."""
-
-
 def foreign(conn: sqlite3.Connection) -> str | None:
     """Why the database is another program's, or None when it is memstrata's or empty.
 
@@ -392,8 +388,8 @@ def foreign(conn: sqlite3.Connection) -> str | None:
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
         "ORDER BY rowid")]
     if "schema_migrations" in tables:
-        columns = tuple(r[1] for r in conn.execute("PRAGMA table_info(schema_migrations)"))
-        if columns != MIGRATIONS_COLUMNS:
+        columns = tuple(c[0] for c in _table_columns(conn, "schema_migrations"))
+        if columns != tuple(c[0] for c in migrated_columns()["schema_migrations"]):
             return f"its schema_migrations table is not memstrata's (columns: {', '.join(columns)})"
         return None
     if tables:

@@ -427,14 +427,13 @@ class _Parser(argparse.ArgumentParser):
                 message += f"; did you mean '{near[0]}'?"
         elif message.startswith(("unrecognized arguments:",
                                  "the following arguments are required:")):
-            # A misspelt --user also leaves the real one missing: either message.
-            message += self._near_options()
             command = self._command()
             if command is not self:
                 # argparse reports a subcommand's unknown arguments from the top parser:
-                # show the subcommand's usage, where its options are.
-                command.print_usage(sys.stderr)
-                self.exit(2, f"{command.prog}: error: {message}\n")
+                # the subcommand says it, with its usage and its options to suggest.
+                command.error(message)
+            # A misspelt --user also leaves the real one missing: either message.
+            message += self._near_options()
         super().error(message)
 
     def _command(self) -> argparse.ArgumentParser:
@@ -448,9 +447,9 @@ class _Parser(argparse.ArgumentParser):
 
     def _near_options(self) -> str:
         """``; did you mean '--user' for '--usr'?`` for the first unknown option of the
-        arguments that is near one of the (sub)command's own options; empty when none
+        arguments that is near one of this (sub)command's own options; empty when none
         is."""
-        known = [o for a in self._command()._actions for o in a.option_strings]
+        known = [o for a in self._actions for o in a.option_strings]
         for arg in self._argv:
             given = arg.split("=", 1)[0]
             if (given.startswith("--") and given not in known
