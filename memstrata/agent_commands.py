@@ -12,6 +12,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+from memstrata.cli_support import NotFound, no_store, stdout_as_file
 from memstrata.memory.store.opener import describe, open_store, store_missing
 
 THREADS_HELP = ("CPU threads of a local model (default: all cores; fewer decode faster when "
@@ -114,7 +115,7 @@ def _context_refs(session, keys: list[str] | None) -> dict:
     refs = {}
     for key in keys:
         if key not in available:
-            raise SystemExit(f"memstrata: no blob {key!r} for user {session.user_id!r}; "
+            raise NotFound(f"memstrata: no blob {key!r} for user {session.user_id!r}; "
                              f"blobs: {', '.join(available) or 'none'}")
         name = re.sub(r"\W", "_", key)
         refs[name if name[:1].isalpha() else f"blob_{name}"] = session.ref(key)
@@ -167,8 +168,7 @@ def cmd_rlm(args: argparse.Namespace) -> int:
     if not args.question.strip():
         raise SystemExit("memstrata: the question is empty")
     if store_missing(args.db):
-        raise SystemExit(f"memstrata: no store at {describe(args.db)} (create one with "
-                         "'memstrata load')")
+        raise no_store(args.db)
     settings = executor_settings_from_args(args)
     if settings.interpreter == "local":
         print(f"memstrata: warning: {LOCAL_WARNING}", file=sys.stderr)
@@ -264,20 +264,22 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from memstrata.trajectories import export_jsonl
 
     if store_missing(args.db):
-        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
+        raise no_store(args.db)
     args.limit = max(min(args.limit, SQL_MAX), 0)  # -n 10**30 must not overflow SQLite
     with open_store(args.db) as store:
         if args.action == "prune":
             print(json.dumps(_prune_runs(store, args)))
         elif args.action == "export":
-            n = export_jsonl(store, args.out, user_id=args.user, limit=args.limit)
-            print(json.dumps({"runs": n, "file": args.out}))
+            with stdout_as_file(args.out) as path:
+                n = export_jsonl(store, path, user_id=args.user, limit=args.limit)
+            if args.out != "-":
+                print(json.dumps({"runs": n, "file": args.out}))
         elif args.action == "show":
             if not args.user:
                 raise SystemExit("memstrata: runs show needs --user (runs are per user)")
             run = store.runs.get(args.user, args.run_id)
             if run is None:
-                raise SystemExit(f"memstrata: no run {args.run_id!r} for user {args.user!r}")
+                raise NotFound(f"memstrata: no run {args.run_id!r} for user {args.user!r}")
             doc = run.model_dump(mode="json")
             doc["steps"] = [s.model_dump(mode="json", exclude={"run_id"})
                             for s in store.runs.steps(args.user, args.run_id)]

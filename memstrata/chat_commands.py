@@ -7,7 +7,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memstrata.memory.store.opener import describe, open_store, store_missing
+from memstrata.cli_support import no_store
+from memstrata.memory.store.opener import open_store, store_missing
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -173,7 +174,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
     from memstrata.memory.voe_facts import VoEFacts
 
     if store_missing(args.db):
-        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
+        raise no_store(args.db)
     with open_store(args.db) as store:
         facts = VoEFacts(store)
         if args.delete:

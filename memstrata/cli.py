@@ -7,8 +7,10 @@ a non-zero exit; results go to stdout (JSON for machine-readable ones).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
+import os
 import re
 import sys
 import warnings
@@ -33,12 +35,14 @@ from memstrata.agent_commands import (
 )
 from memstrata.chat_commands import cmd_chat, cmd_facts
 from memstrata.cli_support import (
+    NotFound,
     add_embedder_arg,
     at_least,
     audit_beside,
     audit_path,
     csv_list,
     embedder_from_flag,
+    no_store,
     one_line,
     opener_embedder,
     print_report,
@@ -53,7 +57,7 @@ from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_inge
 from memstrata.mcp_commands import add_mcp_parser
 from memstrata.memory.retrieval import DEFAULT_MIN_SCORE
 from memstrata.memory.store.opener import describe, open_store, store_missing
-from memstrata.memory_commands import NotFound, add_durability_arg, add_memory_parsers, no_store
+from memstrata.memory_commands import add_durability_arg, add_memory_parsers
 from memstrata.model_commands import add_doctor_parser, add_models_parser
 from memstrata.personal_commands import add_reconcile_args, cmd_reconcile
 from memstrata.programs.models import EMBEDDED
@@ -72,7 +76,8 @@ EXIT_CODES = ("exit status: 0 done; 1 not found (no store at --db, no such memor
               "or doctor check that failed, a confirmation declined); 2 a usage error or "
               "refused input (a bad argument, a file that is not in its format, text or "
               "metadata the store refuses), a file that cannot be read or written, or a "
-              "store fault (full disk, read-only, corrupt). Errors are one line on stderr.")
+              "store fault (full disk, read-only, corrupt); 130 interrupted; 141 the reader "
+              "of the output went away (a pipe into head). Errors are one line on stderr.")
 _SHARED = Path("..") / "shared" / "data" / "locomo"
 
 
@@ -595,7 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="one tenant only (required by show and prune)")
     p.add_argument("--db", default=DEFAULT_DB,
                    help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
-    p.add_argument("--out", default="runs.jsonl", help="export file (default runs.jsonl)")
+    p.add_argument("--out", default="runs.jsonl",
+                   help="export file (default runs.jsonl; '-': stdout)")
     p.add_argument("-n", "--limit", type=at_least(1), default=50, help="newest N runs (default 50)")
     prune = p.add_argument_group(
         "prune", "delete runs matching every rule given; running runs and runs that a "
@@ -862,7 +868,8 @@ def main(argv: list[str] | None = None) -> int:
     (``RuntimeError``), and a command's own refusal (``SystemExit`` with a message: it is
     printed, and re-raised as :class:`CommandExit` with code 2). Something asked for that
     is not there (``NotFound``: no store, no such memory) exits 1 the same way. Anything
-    else is a bug and keeps its traceback.
+    else is a bug and keeps its traceback. A closed stdout (a pipe into ``head``) ends
+    the command quietly with 141, the shell's code for a SIGPIPE.
     """
     import sqlite3
 
@@ -878,6 +885,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(one_line(SystemExit(exc.code)), file=sys.stderr)
         raise CommandExit(exc.code, 1 if isinstance(exc, NotFound) else 2) from None
+    except BrokenPipeError:
+        # The reader of stdout closed it (`memstrata export - | head`): stop quietly, as
+        # Unix tools do, and keep the interpreter's final flush from failing again.
+        with contextlib.suppress(OSError, ValueError):  # ValueError: no file descriptor
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (LoCoMoError, ValueError, OverflowError, OSError, RuntimeError, sqlite3.Error
             ) as exc:
         print(f"memstrata: {one_line(exc)}", file=sys.stderr)

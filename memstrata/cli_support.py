@@ -11,10 +11,16 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import shutil
 import socket
-from collections.abc import Callable
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from memstrata.memory.store.opener import describe
 
 
 def one_line(exc: BaseException, limit: int = 500) -> str:
@@ -175,3 +181,50 @@ def listen(host: str, port: int) -> socket.socket:
                          f"{exc.strerror or exc}{hint}") from None
     sock.set_inheritable(True)
     return sock
+
+
+class NotFound(SystemExit):
+    """A command's exit for something asked for that is not there (a store, a memory, a
+    run): its message, and exit code 1 (other refusals exit 2; see ``cli.main``)."""
+
+
+def no_store(db: str) -> NotFound:
+    """The exit for a ``--db`` path with no store yet."""
+    return NotFound(f"memstrata: no store at {describe(db)} (create one with 'memstrata "
+                    "add' or 'memstrata import', or give --db)")
+
+
+@contextmanager
+def stdin_as_file(name: str) -> Iterator[str]:
+    """``name`` itself, or for ``-`` a file holding stdin (the readers take a path)."""
+    if name != "-":
+        yield name
+        return
+    with tempfile.TemporaryDirectory(prefix="memstrata-stdin-") as folder:
+        path = Path(folder) / "stdin"
+        binary = getattr(sys.stdin, "buffer", None)  # bytes as given; text if only text
+        with path.open("wb") as out:
+            if binary is not None:
+                shutil.copyfileobj(binary, out)
+            else:
+                out.write(sys.stdin.read().encode("utf-8", "surrogatepass"))
+        try:
+            yield str(path)
+        except SystemExit as exc:  # an error names the file: stdin, not the temporary copy
+            if isinstance(exc.code, str):
+                raise type(exc)(exc.code.replace(str(path), "stdin")) from None
+            raise
+
+
+@contextmanager
+def stdout_as_file(name: str) -> Iterator[str]:
+    """``name`` itself, or for ``-`` a file whose content goes to stdout once the block
+    is done (the writers take a path and write it whole)."""
+    if name != "-":
+        yield name
+        return
+    with tempfile.TemporaryDirectory(prefix="memstrata-stdout-") as folder:
+        path = Path(folder) / "stdout"
+        yield str(path)
+        with path.open(encoding="utf-8") as written:
+            shutil.copyfileobj(written, sys.stdout)

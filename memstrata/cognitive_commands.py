@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from memstrata.memory.store.opener import describe, open_store, store_missing
+from memstrata.cli_support import no_store
+from memstrata.memory.store.opener import open_store, store_missing
 
 from .agent_commands import add_model_args, model_from_args
 
@@ -21,7 +22,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from memstrata.memory.cognitive import CognitiveMemory, CognitiveSettings
 
     if store_missing(args.db):
-        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
+        raise no_store(args.db)
     try:
         settings = CognitiveSettings(sensory_ttl_s=args.sensory_ttl,
                                      consolidation_batch=args.batch)

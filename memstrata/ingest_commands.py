@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from memstrata.agent_commands import from_flags, model_from_args
-from memstrata.memory.store.opener import describe, is_url, open_store, store_missing
+from memstrata.cli_support import no_store
+from memstrata.memory.store.opener import is_url, open_store, store_missing
 
 
 def _ingest_settings(args: argparse.Namespace):
@@ -130,7 +131,7 @@ def cmd_persona(args: argparse.Namespace) -> int:
     from memstrata.memory.persona import persona
 
     if store_missing(args.db):
-        raise SystemExit(f"memstrata: no store at {describe(args.db)}")
+        raise no_store(args.db)
     with open_store(args.db) as store:
         rows = persona(store, args.user, args.person, args.conversation)
     if args.json:

@@ -10,21 +10,16 @@ import json
 import sys
 from typing import Any
 
-from memstrata.cli_support import add_embedder_arg
+from memstrata.cli_support import (
+    NotFound,
+    add_embedder_arg,
+    no_store,
+    stdin_as_file,
+    stdout_as_file,
+)
 from memstrata.memory.store.opener import describe, store_missing
 
 FORMATS = ("messages", "locomo", "longmemeval")
-
-
-class NotFound(SystemExit):
-    """A command's exit for something asked for that is not there (a store, a memory, a
-    run): its message, and exit code 1 (other refusals exit 2; see ``cli.main``)."""
-
-
-def no_store(db: str) -> NotFound:
-    """The exit for a ``--db`` path with no store yet."""
-    return NotFound(f"memstrata: no store at {describe(db)} (create one with 'memstrata "
-                    "add' or 'memstrata import', or give --db)")
 
 
 def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None) -> Any:
@@ -43,22 +38,25 @@ def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None =
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    """Add messages for a user: the text argument (said by --speaker), or, with no text,
-    JSONL messages on stdin ({"role"|"speaker", "content", "timestamp"?} a line).
-    Prints one JSON event per line, one per message (NONE with its reason for one not
-    stored: a repeat, a system prompt, tool plumbing, no text; a message without text is
-    also counted on stderr), then the facts, extracted only with --lm."""
-    if args.text is not None:
+    """Add messages for a user: the text argument (said by --speaker), or, with no text
+    (or '-'), JSONL messages on stdin ({"role"|"speaker", "content", "timestamp"?} a line,
+    or a list of them). Prints one JSON event per line, one per message (NONE with its
+    reason for one not stored: a repeat, a system prompt, tool plumbing, no text; a
+    message without text is also counted on stderr), then the facts, extracted only with
+    --lm."""
+    if args.text is not None and args.text != "-":
         messages: Any = [{"speaker": args.speaker, "content": args.text}]
-    else:
+    else:  # no text, or '-': stdin, as other Unix tools read it
         messages = []
         for n, line in enumerate(sys.stdin, 1):
             if line.strip():
                 try:
-                    messages.append(json.loads(line))
+                    message = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise SystemExit(f"memstrata: stdin line {n}: invalid JSON: {exc.msg}"
                                      ) from None
+                # A line may hold a list of messages, as Memory.add takes one.
+                messages.extend(message if isinstance(message, list) else [message])
         if not messages:
             raise SystemExit("memstrata: nothing to add (give TEXT or JSONL on stdin)")
     with _open(args, must_exist=False, lm=args.lm) as memory:
@@ -124,6 +122,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
             deleted = memory.delete_all(args.user)
         except ValueError as exc:
             raise SystemExit(f"memstrata: {exc}") from None
+    if not deleted:
+        print(f"memstrata: nothing was stored for user {args.user!r} in {describe(args.db)}",
+              file=sys.stderr)
     print(json.dumps({"user_id": args.user, "deleted": deleted}))
     return 0
 
@@ -147,7 +148,25 @@ def cmd_import(args: argparse.Namespace) -> int:
     conversation), or a memstrata export; --format names it, or it is told apart by the
     file's content. A conversation the user already has (the same id: 'default' when the
     file names none, as for 'add') keeps its turns and gets the file's appended; --replace
-    deletes its turns first. No facts are extracted unless --lm is given."""
+    deletes its turns first. No facts are extracted unless --lm is given. FILE '-' reads
+    stdin. Said once the import is done (a refused file's stderr is its one error line):
+    a file without messages, and the messages not stored."""
+    with stdin_as_file(args.file) as path:
+        counts = _import(args, path)
+    if args.format != "export" and not counts["turns"] and not counts.get("skipped"):
+        name = "stdin" if args.file == "-" else args.file
+        print(f"memstrata: {name}: no messages in the file", file=sys.stderr)
+    if counts.get("skipped"):
+        n = counts["skipped"]
+        print(f"memstrata: {n} message{'s' if n != 1 else ''} not stored (system prompts, tool "
+              "plumbing and messages without text are skipped)", file=sys.stderr)
+    print(json.dumps({"db": describe(args.db), "user_id": args.user, "format": args.format,
+                      **counts}))
+    return 0
+
+
+def _import(args: argparse.Namespace, path: str) -> dict[str, int]:
+    """:func:`cmd_import`'s work on a file: the counts written."""
     from tqdm import tqdm
 
     from memstrata.formats import ImportFormatError
@@ -155,12 +174,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     try:
         if args.format is None:
-            args.format = sniff_format(args.file)
+            args.format = sniff_format(path)
         with _open(args, must_exist=False, lm=args.lm) as memory:
             if args.format == "export":
-                counts = memory.import_(args.file, user_id=args.user)
+                counts = memory.import_(path, user_id=args.user)
             else:
-                records = read_records(args.file, args.format)
+                records = read_records(path, args.format)
                 total = sum(len(s.messages) for r in records for s in r.sessions)
                 with tqdm(total=total, unit="turn", desc="import",
                           disable=args.quiet or not total) as bar:
@@ -173,26 +192,23 @@ def cmd_import(args: argparse.Namespace) -> int:
     except ImportFormatError as exc:  # names the file and the line or record
         raise SystemExit(f"memstrata: {exc}") from None
     except ValueError as exc:
-        raise SystemExit(f"memstrata: {args.file}: {exc}") from None
-    # Said once the import is done: a refused file's stderr is its one error line.
-    if args.format != "export" and not counts["turns"] and not counts.get("skipped"):
-        print(f"memstrata: {args.file}: no messages in the file", file=sys.stderr)
-    if counts.get("skipped"):
-        n = counts["skipped"]
-        print(f"memstrata: {n} message{'s' if n != 1 else ''} not stored (system prompts, tool "
-              "plumbing and messages without text are skipped)", file=sys.stderr)
-    print(json.dumps({"db": describe(args.db), "user_id": args.user, "format": args.format,
-                      **counts}))
-    return 0
+        raise SystemExit(f"memstrata: {path}: {exc}") from None
+    return counts
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write everything of a user (conversations, turns, items, edges, blobs, versions)
     as JSONL; `memstrata import FILE` reads it back. The file is replaced whole if it
-    exists, unless it is a SQLite database (the store itself, say): that is refused."""
-    with _open(args) as memory:
-        lines = memory.export(args.user, args.file)
-    print(json.dumps({"file": args.file, "user_id": args.user, "lines": lines}))
+    exists, unless it is a SQLite database (the store itself, say): that is refused.
+    FILE '-' writes the JSONL to stdout (and no summary). A user with nothing stored is
+    said on stderr (a misspelt --user exports an empty tenant)."""
+    with _open(args) as memory, stdout_as_file(args.file) as path:
+        lines = memory.export(args.user, path)
+    if lines <= 1:  # the header alone
+        print(f"memstrata: nothing is stored for user {args.user!r} in {describe(args.db)}",
+              file=sys.stderr)
+    if args.file != "-":
+        print(json.dumps({"file": args.file, "user_id": args.user, "lines": lines}))
     return 0
 
 
@@ -222,7 +238,8 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
 
     p = sub.add_parser("add", help="add messages for a user (text, or JSONL on stdin)",
                        description=cmd_add.__doc__)
-    p.add_argument("text", nargs="?", help="the message (omit to read JSONL from stdin)")
+    p.add_argument("text", nargs="?", help="the message (omit it, or give '-', to read JSONL "
+                   "from stdin: a line holds a message or a list of them)")
     common(p)
     p.add_argument("--speaker", default="user", help="who said TEXT (default 'user')")
     p.add_argument("--conversation", help="conversation id (default 'default')")
@@ -251,7 +268,7 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
 
     p = sub.add_parser("import", help="import conversations from a file",
                        description=cmd_import.__doc__)
-    p.add_argument("file")
+    p.add_argument("file", help="the file to read ('-': stdin)")
     p.add_argument("--format", choices=(*FORMATS, "export"),
                    help="the file's format; by default told apart by its content: a memstrata "
                    "export's header line, a LoCoMo or LongMemEval JSON array, else messages "
@@ -267,7 +284,7 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
 
     p = sub.add_parser("export", help="write everything of a user as JSONL",
                        description=cmd_export.__doc__)
-    p.add_argument("file", help="the JSONL file to write")
+    p.add_argument("file", help="the JSONL file to write ('-': stdout)")
     common(p)
     p.set_defaults(func=cmd_export)
 

@@ -9,9 +9,8 @@ import json
 import sys
 from typing import Any
 
-from memstrata.cli_support import listen, port_number
+from memstrata.cli_support import NotFound, listen, no_store, port_number
 from memstrata.memory.store.opener import describe, store_missing
-from memstrata.memory_commands import NotFound, no_store
 
 DEFAULT_PORT = 8080
 DEFAULT_HOST = "127.0.0.1"

@@ -91,7 +91,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
             "memory. Use 'memstrata serve' (the inspector at /ui behind admin keys), or "
             "pass --allow-remote if this network is yours alone")
     if store_missing(args.db):
-        from memstrata.memory_commands import no_store
+        from memstrata.cli_support import no_store
 
         raise no_store(args.db)
     from memstrata.memory.extras import require

@@ -28,7 +28,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     conversation, status, attempts, facts and error), then a summary line."""
     from memstrata import Memory
     from memstrata.agent_commands import model_from_args
-    from memstrata.memory_commands import no_store
+    from memstrata.cli_support import no_store
     from memstrata.worker import ExtractionSettings, Worker, lower_thread_priority
 
     if store_missing(args.db):
@@ -102,7 +102,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     pruned. The facts a job wrote stay. Workers prune done jobs by themselves after
     --keep-done days (memstrata worker). Prints the jobs deleted per status."""
     from memstrata import Memory
-    from memstrata.memory_commands import no_store
+    from memstrata.cli_support import no_store
 
     if store_missing(args.db):
         raise no_store(args.db)

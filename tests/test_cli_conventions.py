@@ -216,3 +216,81 @@ def test_version_and_python_dash_m(capsys: pytest.CaptureFixture[str]) -> None:
     done = subprocess.run([sys.executable, "-m", "memstrata", "--version"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and done.stdout.strip() == f"memstrata {memstrata.__version__}"
+
+
+def test_dash_is_stdin_and_stdout_and_an_empty_user_is_said(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """'-' is stdin for add and import and stdout for export (it was stored as a message,
+    read as a file named '-', written to one); a user with nothing stored is said by
+    export and forget, as by search."""
+    import io
+
+    db, other = str(tmp_path / "m.db"), str(tmp_path / "o.db")
+    messages = [{"role": "user", "content": "I moved to Lisbon in May"},
+                {"role": "assistant", "content": "How do you like it?"}]
+    stdin = json.dumps(messages) + "\n" + json.dumps({"role": "user", "content": "A lot"})
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    assert _cli("add", "-", "--user", "ana", "--db", db) == 0  # a line may hold a list
+    assert [json.loads(line)["memory"] for line in capsys.readouterr().out.splitlines()] == [
+        "I moved to Lisbon in May", "How do you like it?", "A lot"]
+    assert _cli("export", "-", "--user", "ana", "--db", db) == 0
+    exported = capsys.readouterr().out
+    assert json.loads(exported.splitlines()[0])["type"] == "header"  # the JSONL, no summary
+    assert not (Path.cwd() / "-").exists()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(exported.encode())))
+    assert _cli("import", "-", "--user", "bo", "--db", other) == 0
+    assert json.loads(capsys.readouterr().out)["turns"] == 3
+    assert Memory.open(other).search("Lisbon", user_id="bo")[0].text == messages[0]["content"]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"not json\n")))
+    assert _cli("import", "-", "--user", "bo", "--db", other) == 2
+    assert capsys.readouterr().err.strip() == (
+        "memstrata: stdin: line 1: invalid JSON: Expecting value (column 1)")
+    assert _cli("export", str(tmp_path / "e.jsonl"), "--user", "Ana", "--db", db) == 0
+    assert capsys.readouterr().err.strip() == f"memstrata: nothing is stored for user 'Ana' in {db}"
+    assert _cli("forget", "--user", "Ana", "--db", db, "--yes") == 0
+    assert capsys.readouterr().err.strip() == (
+        f"memstrata: nothing was stored for user 'Ana' in {db}")
+    assert _cli("export", str(tmp_path / "e.jsonl"), "--user", "ana", "--db", db) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_closed_pipe_ends_the_command_quietly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`memstrata search ... | head -1`: the reader goes away; exit 141 without an error
+    line (it said "[Errno 32] Broken pipe" and exit 2)."""
+    import io
+
+    db = str(tmp_path / "m.db")
+    assert _cli("add", "I like tea", "--user", "ana", "--db", db) == 0
+    capsys.readouterr()
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert _cli("search", "tea", "--user", "ana", "--db", db) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_every_command_says_not_found_with_exit_1(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No store at --db and no such run exit 1 for every command, as --help says (runs,
+    rlm, facts, maintain and persona exited 2); runs export '-' writes to stdout."""
+    missing = str(tmp_path / "none.db")
+    for argv in (("runs", "list"), ("facts", "--user", "u"), ("maintain", "--user", "u"),
+                 ("persona", "--user", "u", "--conversation", "c", "Ana"),
+                 ("rlm", "why?", "--user", "u")):
+        assert _cli(*argv, "--db", missing) == 1, argv
+        assert capsys.readouterr().err.startswith(f"memstrata: no store at {missing}"), argv
+    assert not Path(missing).exists()
+    db = str(tmp_path / "m.db")
+    assert _cli("add", "I like tea", "--user", "ana", "--db", db) == 0
+    assert _cli("runs", "show", "run_x", "--user", "ana", "--db", db) == 1
+    assert capsys.readouterr().err.strip() == "memstrata: no run 'run_x' for user 'ana'"
+    monkeypatch.chdir(tmp_path)
+    assert _cli("runs", "export", "--out", "-", "--db", db) == 0
+    assert capsys.readouterr().out == "" and not (tmp_path / "-").exists()  # no runs yet

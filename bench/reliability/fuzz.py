@@ -828,21 +828,24 @@ def _cli_argv(data: Any, s: dict[str, Any], db: str, files: list[Path], work: Pa
     argv: list[str] = [cmd]
     flags: dict[str, Any] = {}
     stdin = ""
+    stdins = st.sampled_from([
+        '{"role": "user", "content": "hi"}\n', "not json\n", "", "[1, 2]\n",
+        '{"role": "user"}\n', '{"content": "' + "a" * 10_000 + '"}\n', "\x00\n",
+        "[" * 10_000 + "\n", '[{"role": "user", "content": "a list"}, "two"]\n'])
     if cmd == "add":
         if draw(st.booleans()):
             argv.append(draw(safe))
-        else:
-            stdin = draw(st.sampled_from([
-                '{"role": "user", "content": "hi"}\n', "not json\n", "", "[1, 2]\n",
-                '{"role": "user"}\n', '{"content": "' + "a" * 10_000 + '"}\n', "\x00\n",
-                "[" * 10_000 + "\n"]))
+        else:  # JSONL on stdin; '-' names it
+            argv += ["-"] if draw(st.booleans()) else []
+            stdin = draw(stdins)
         flags = {"--speaker": safe, "--conversation": safe, "--session": safe,
                  "--timestamp": st.one_of(safe, st.sampled_from(["2024-01-01", "99999"]))}
     elif cmd in ("get", "history", "delete"):
         argv.append(draw(st.one_of(s["alice_id"], s["bob_id"], arg)))
         flags = {"--full": st.just(None)} if cmd == "history" else {}
     elif cmd == "import":
-        argv.append(str(draw(st.sampled_from(files))))
+        argv.append(str(draw(st.sampled_from([*files, "-"]))))
+        stdin = draw(stdins) if argv[-1] == "-" else ""
         fmt = draw(st.sampled_from(["messages", "locomo", "longmemeval", "export", "xml",
                                     None]))  # None: told apart by the file's content
         argv += ["--format", fmt] if fmt is not None else []
