@@ -49,7 +49,7 @@ PATHS = ("/v1/memories", "/v1/memories/{id}", "/v1/memories/{id}/history", "/v1/
          "/v1/answer", "/v1/flush", "/v1/export", "/v1/me", "/v1/jobs", "/v1/jobs/{id}",
          "/v1/wait", "/v1/context", "/v1/read", "/v1/learn", "/v1/expect", "/v1/admin/keys",
          "/v1/admin/keys/{id}", "/v1/admin/tenants",
-         "/v1/admin/tenants/{tenant}", "/mcp", "/openapi.json", "/ui/", "/",
+         "/v1/admin/tenants/{tenant}", "/mcp", "/openapi.json", "/healthz", "/ui/", "/",
          "/v1", "/v1/", "/v2/search", "/v1/search/", "/v1/memories//history", "/../etc/passwd",
          "/v1/%00", "/v1/m\u00e9moires", "/v1/memories/%ff%fe", "/v1/admin")
 ROUTE_METHODS = {
@@ -60,7 +60,7 @@ ROUTE_METHODS = {
     "/v1/admin/keys/{id}": ("DELETE",), "/v1/admin/tenants": ("GET",),
     "/v1/admin/tenants/{tenant}": ("DELETE",), "/mcp": ("POST", "GET", "DELETE"),
     "/v1/context": ("POST",), "/v1/read": ("POST",), "/v1/learn": ("POST",),
-    "/v1/expect": ("POST",)}
+    "/v1/expect": ("POST",), "/healthz": ("GET",)}
 """The methods each route takes (the fuzzer mostly sends those, so requests get past the
 router into the handlers)."""
 ODD = ["", " ", "\x00", "\ud800", "\u202e\u0645\u0631\u062d\u0628\u0627", "😀" * 50,

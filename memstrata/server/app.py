@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sqlite3
@@ -36,7 +37,9 @@ TITLE = "memstrata"
 def create_app(memory: Memory, *, max_body: int = DEFAULT_MAX_BODY,
                host: str = "127.0.0.1", mcp: bool = True, ui: bool = True) -> Starlette:
     """The server over ``memory``: REST under ``/v1``, ``/openapi.json``, MCP at ``/mcp``
-    and the inspector at ``/ui``, every request at most ``max_body`` bytes.
+    and the inspector at ``/ui``, every request at most ``max_body`` bytes. ``GET
+    /healthz`` needs no key: 200 ``{"status": "ok", "version"}`` while the store answers
+    a read, 503 ``store_unavailable`` when it cannot.
 
     Args:
         memory: the memory served (the app does not close it). Its store holds the keys.
@@ -60,7 +63,17 @@ def create_app(memory: Memory, *, max_body: int = DEFAULT_MAX_BODY,
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(document)
 
+    async def healthz(request: Request) -> Response:
+        # A load balancer's probe: no key, and ready only while the store answers a read.
+        try:
+            await asyncio.to_thread(memory.store.keys.get, "healthz")
+        except Exception as exc:  # any backend's fault: the probe says so, the log why
+            log.error("health check: the store cannot be read: %s", exc)
+            return error_response("store_unavailable", "the store cannot be read now")
+        return JSONResponse({"status": "ok", "version": __version__})
+
     table: list[BaseRoute] = [Route("/openapi.json", openapi_json, methods=["GET"]),
+                              Route("/healthz", healthz, methods=["GET"]),
                               *routes(endpoints, amemory, checker, memory.store.keys)]
     tenant_mcp = TenantMcp(memory, checker, host=host, max_body=max_body) if mcp else None
     if tenant_mcp is not None:

@@ -4,8 +4,8 @@ Each :class:`~memstrata.server.routes.Endpoint` gives one operation: its request
 schema (a ``$ref`` into ``components.schemas``), its query parameters (one per field of
 its query model), its response's schema, and the error responses every operation may
 give (``ErrorResponse``; the codes in ``errors.py``), and those only some give (the
-endpoint's ``errors``: ``no_model``, ``model_error``). Every operation needs the bearer
-key (``components.securitySchemes.bearer``).
+endpoint's ``errors``: ``no_model``, ``model_error``). Every operation but ``GET
+/healthz`` needs the bearer key (``components.securitySchemes.bearer``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,16 @@ from .models import ErrorResponse
 from .routes import Endpoint
 
 REF = "#/components/schemas/{model}"
+HEALTHZ: dict[str, Any] = {
+    "operationId": "get_healthz", "summary": "Whether the server and its store answer "
+    "(no key needed: a load balancer's probe)", "security": [], "parameters": [],
+    "responses": {
+        "200": {"description": "ready", "content": {"application/json": {"schema": {
+            "type": "object", "properties": {"status": {"const": "ok"},
+                                             "version": {"type": "string"}}}}}},
+        "503": {"description": "the store cannot be read", "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}}}
+"""``GET /healthz``, the one operation without the bearer key (``app.py`` serves it)."""
 
 
 def openapi(endpoints: list[Endpoint], *, title: str, version: str) -> dict[str, Any]:
@@ -30,7 +40,7 @@ def openapi(endpoints: list[Endpoint], *, title: str, version: str) -> dict[str,
     ordered = sorted(used, key=lambda cls: cls.__name__)
     _, schemas = models_json_schema([(cls, "validation") for cls in ordered],
                                     ref_template=REF)
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, Any]] = {"/healthz": {"get": HEALTHZ}}
     for e in endpoints:
         paths.setdefault(e.path, {})[e.method.lower()] = _operation(e)
     return {

@@ -123,7 +123,8 @@ def test_openapi_document_describes_every_operation(world: World) -> None:
     assert doc["openapi"].startswith("3.1") and doc["info"]["title"] == "memstrata"
     app_endpoints = {(e.method.lower(), e.path) for e in _endpoints(world)}
     listed = {(method, path) for path, ops in doc["paths"].items() for method in ops}
-    assert listed == app_endpoints
+    assert listed == app_endpoints | {("get", "/healthz")}
+    assert doc["paths"]["/healthz"]["get"]["security"] == []  # the one without a key
     assert doc["paths"]["/v1/memories"]["post"]["requestBody"]["content"][
         "application/json"]["schema"] == {"$ref": "#/components/schemas/AddRequest"}
     search = doc["components"]["schemas"]["SearchRequest"]
@@ -139,7 +140,8 @@ def test_openapi_document_describes_every_operation(world: World) -> None:
         jsonschema.Draft202012Validator.check_schema(schema)
     for path, ops in doc["paths"].items():
         for op in ops.values():
-            assert op["operationId"] and op["summary"] and "401" in op["responses"], path
+            assert op["operationId"] and op["summary"], path
+            assert ("401" in op["responses"]) is (path != "/healthz"), path
             names = {p["name"] for p in op["parameters"] if p["in"] == "path"}
             assert names == {part[1:-1] for part in path.split("/") if part.startswith("{")}
     ids = [op["operationId"] for ops in doc["paths"].values() for op in ops.values()]
@@ -161,3 +163,24 @@ def _walk(node):  # type: ignore[no-untyped-def]
     elif isinstance(node, list):
         for value in node:
             yield from _walk(value)
+
+
+def test_healthz_needs_no_key_and_says_when_the_store_cannot_be_read(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load balancer's probe: 200 while the store answers a read, 503 (the error shape,
+    ``store_unavailable``) when it cannot; it needs no key and names no tenant."""
+    import sqlite3
+
+    import memstrata
+
+    with client(world) as c:
+        ok = c.get("/healthz")
+        assert ok.status_code == 200
+        assert ok.json() == {"status": "ok", "version": memstrata.__version__}
+
+        def unreadable(self: object, key_id: str) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(type(world.memory.store.keys), "get", unreadable)
+        _error(c.get("/healthz"), 503, "store_unavailable")
+        assert c.post("/healthz").status_code == 405
