@@ -116,7 +116,8 @@ class PgConnection(EmbedderSetting):
 
         Raises:
             PgStoreError: the server cannot be reached, refuses the login, the URL is not
-                one, the schema cannot be created, or row-level security would not bind
+                one, the schema cannot be created or holds another program's tables under
+                memstrata's names, or row-level security would not bind
                 the role; nothing is written and nothing is left open.
             RuntimeError: the database was written by a newer memstrata.
         """
@@ -128,6 +129,8 @@ class PgConnection(EmbedderSetting):
                 if role is not None:
                     pgschema.grant(direct, role)
                 _check_bound(direct, role, where)
+        except pgschema.ForeignSchemaError as exc:
+            raise PgStoreError(where, foreign_fault(direct, str(exc))) from None
         except psycopg.Error as exc:
             raise PgStoreError(where, f"the schema cannot be set up: {_words(exc)}") from None
         finally:
@@ -309,9 +312,24 @@ def recorded_versions(url: str) -> list[int]:
         PgStoreError: see :func:`_connect`.
     """
     with _connect(url) as conn:
+        if why := pgschema.foreign(conn):
+            raise PgStoreError(redacted(url), foreign_fault(conn, why))
         if conn.execute("SELECT to_regclass('schema_migrations')").fetchone()[0] is None:
             return []
         return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
+
+
+def foreign_fault(conn: Any, why: str) -> str:
+    """The refusal of a schema that holds another program's tables under memstrata's
+    names (``schema.foreign``'s ``why``), with the way out: a schema of memstrata's own."""
+    try:
+        schema = conn.execute("SELECT current_schema()").fetchone()
+    except psycopg.Error:
+        schema = None
+    name = schema[0] if schema and schema[0] else "the current schema"
+    return (f"another program's tables are in schema {name}: {why}; give memstrata a schema "
+            "of its own (CREATE SCHEMA memstrata, then add options=-csearch_path%3Dmemstrata "
+            "to the URL)")
 
 
 def _words(exc: BaseException) -> str:

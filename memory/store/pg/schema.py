@@ -57,6 +57,7 @@ PostgreSQL: a failed migration leaves nothing behind.
 
 from __future__ import annotations
 
+import re
 from contextlib import suppress
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -619,10 +620,14 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
     return the versions applied now.
 
     Raises:
+        ForeignSchemaError: the schema holds another program's tables under memstrata's
+            names (:func:`foreign`); nothing is written.
         RuntimeError: the database was written by a newer memstrata (unknown versions).
     """
     from psycopg import sql
 
+    if why := foreign(conn):
+        raise ForeignSchemaError(why)
     conn.execute(
         f"CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
         f" name {T} NOT NULL, applied_at {T} NOT NULL)")
@@ -658,6 +663,46 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
                          " VALUES (%s, %s, %s)", (version, name, datetime.now(UTC).isoformat()))
         applied.append(version)
     return applied
+
+
+class ForeignSchemaError(Exception):
+    """The connection's schema holds another program's tables under memstrata's names."""
+
+
+def table_names() -> list[str]:
+    """The tables memstrata's migrations make, in the order they make them."""
+    ddl = " ".join(d for _, _, d in MIGRATIONS if isinstance(d, str))
+    return ["schema_migrations", *dict.fromkeys(re.findall(r"CREATE TABLE (\w+)", ddl))]
+
+
+def foreign(conn: psycopg.Connection[Any]) -> str | None:
+    """Why the connection's current schema cannot take memstrata's tables, or None.
+
+    A PostgreSQL database is shared with other programs by design (memstrata's tables
+    beside theirs), but not under the same names: a ``schema_migrations`` of another
+    shape (Rails and other frameworks make one), or, before memstrata has recorded a
+    version, a table named as one of memstrata's (``items``, ``jobs``, ``runs``...).
+    """
+    # The catalog, not information_schema: it lists tables the role has no rights on too.
+    rows = conn.execute(
+        "SELECT c.relname, a.attname FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " JOIN pg_attribute a ON a.attrelid = c.oid"
+        " WHERE n.nspname = current_schema() AND c.relname = ANY(%s)"
+        " AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND a.attnum > 0 AND NOT a.attisdropped"
+        " ORDER BY c.relname, a.attnum", (table_names(),)).fetchall()
+    columns: dict[str, list[str]] = {}
+    for table, column in rows:
+        columns.setdefault(table, []).append(column)
+    ours = ["version", "name", "applied_at"]
+    if "schema_migrations" in columns:
+        if columns["schema_migrations"] != ours:
+            return ("its schema_migrations table is not memstrata's (columns: "
+                    f"{', '.join(columns['schema_migrations'])})")
+        return None
+    if columns:
+        return f"it holds tables named as memstrata's ({', '.join(sorted(columns)[:5])})"
+    return None
 
 
 def _statements(ddl: str) -> list[str]:

@@ -120,3 +120,61 @@ def test_bench_retrieval_scores_postgres_beside_sqlite(pg_db_url: str, make_reco
     assert doc["ingest"]["postgres"]["database"] == describe(pg_db_url)
     with pytest.raises(ValueError, match="already holds conversation conv-0"):
         run_retrieval_bench(data, db_path=pg_db_url, progress=False)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("ddl", "said"), [
+    (["CREATE TABLE items (id serial PRIMARY KEY, name text)"],
+     "it holds tables named as memstrata's (items)"),
+    (["CREATE TABLE schema_migrations (version varchar PRIMARY KEY)",
+      "INSERT INTO schema_migrations VALUES ('20240101120000')"],
+     "its schema_migrations table is not memstrata's (columns: version)")])
+def test_another_programs_tables_under_memstratas_names_are_refused(
+        pg_db_url: str, ddl: list[str], said: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An application's ``items`` (or Rails' ``schema_migrations``) in the schema: the open
+    and ``migrate --check`` refuse it, naming the schema and the way out, and write nothing
+    (it was "relation items already exists", and for Rails' table "upgrade memstrata");
+    the way out, a schema of memstrata's own, works. Tables of other names may sit beside
+    memstrata's (a shared database)."""
+    import psycopg
+
+    from memstrata.memory.store.pg.connection import PgStoreError
+
+    with psycopg.connect(pg_db_url, autocommit=True) as conn:
+        for statement in ddl:
+            conn.execute(statement)
+    before = _tables(pg_db_url)
+    with pytest.raises(PgStoreError, match="another program's tables are in schema public"
+                       ) as refused:
+        Memory.open(pg_db_url, embedder=None)
+    assert said in str(refused.value) and "CREATE SCHEMA memstrata" in str(refused.value)
+    assert main(["migrate", "--db", pg_db_url, "--check"]) == 2
+    assert said in capsys.readouterr().err
+    assert _tables(pg_db_url) == before  # nothing made
+    with psycopg.connect(pg_db_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA memstrata")
+    own = f"{pg_db_url}{'&' if '?' in pg_db_url else '?'}options=-csearch_path%3Dmemstrata"
+    with Memory.open(own, embedder=None) as memory:
+        memory.add("I keep bees in Porto", user_id="ana", infer=False)
+        assert memory.search("bees", user_id="ana")[0].text == "I keep bees in Porto"
+    assert _tables(pg_db_url) == before
+
+
+@pytest.mark.postgres
+def test_other_tables_may_share_the_database(pg_db_url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_db_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE users (id serial PRIMARY KEY, email text)")
+    with Memory.open(pg_db_url, embedder=None) as memory:
+        memory.add("I keep bees in Porto", user_id="ana", infer=False)
+    assert {"users", "items", "schema_migrations"} <= set(_tables(pg_db_url))
+
+
+def _tables(url: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")]
