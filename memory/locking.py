@@ -71,6 +71,8 @@ FAULTS: dict[int, str] = {
                            "by another program)",
 }
 """SQLite's primary result codes that mean the file itself failed, and what each says."""
+CLOSED = "the store was closed (open it again)"
+"""A closed store's fault: a ``Memory`` (or store) used after ``close()``."""
 
 
 class StoreError(MemstrataError, sqlite3.DatabaseError):
@@ -101,6 +103,8 @@ def store_error(exc: BaseException, path: str) -> StoreError | None:
     """``exc`` as a :class:`StoreError` when it is a fault of the file, else None."""
     if isinstance(exc, StoreError):
         return exc
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed database" in str(exc):
+        return StoreError(path, sqlite3.SQLITE_MISUSE, "", fault=CLOSED)
     if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith("Could not decode"):
         # Python's sqlite3 found a text value that is not UTF-8: its bytes were altered.
         return StoreError(path, sqlite3.SQLITE_CORRUPT, fault_detail(exc))
@@ -216,4 +220,5 @@ class LockedConnection:
             return _finished(self.raw.executemany(sql, rows))
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.raw, name)
+        with file_faults(self.path):  # a closed connection's attributes raise
+            return getattr(self.raw, name)

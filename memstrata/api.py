@@ -204,7 +204,8 @@ class Memory:
     def close(self) -> None:
         """Stop the worker thread, then close the store. Jobs not run yet stay in the
         store for the next worker; a job in flight is given back (its writes, should its
-        model call still return, roll back)."""
+        model call still return, roll back). Closing twice does nothing; any other call
+        after it raises a ``StoreError`` that says the store was closed."""
         if self._worker is not None:
             self._worker.stop()
         self.store.close()

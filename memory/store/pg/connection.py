@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from ...embed import Embedder
 from ...extras import require
-from ...locking import StoreError
+from ...locking import CLOSED, StoreError
 from ..shared import EmbedderSetting
 from . import schema as pgschema
 
@@ -124,13 +124,13 @@ class PgConnection(EmbedderSetting):
         where = redacted(url)
         direct = _connect(url, connect_timeout)
         try:
+            if why := pgschema.foreign(direct):  # checked before anything is written
+                raise PgStoreError(where, foreign_fault(direct, why))
             with direct.transaction():  # all or nothing: a refusal below rolls it back
                 pgschema.migrate(direct)
                 if role is not None:
                     pgschema.grant(direct, role)
                 _check_bound(direct, role, where)
-        except pgschema.ForeignSchemaError as exc:
-            raise PgStoreError(where, foreign_fault(direct, str(exc))) from None
         except psycopg.Error as exc:
             raise PgStoreError(where, f"the schema cannot be set up: {_words(exc)}") from None
         finally:
@@ -163,6 +163,14 @@ class PgConnection(EmbedderSetting):
         """Nothing to do: PostgreSQL's autovacuum gives space back by itself."""
 
     @contextmanager
+    def pooled(self) -> Iterator[Any]:
+        """A connection of the pool, for one block; a closed store says so."""
+        if self._pool.closed:
+            raise PgStoreError(self.path, CLOSED)
+        with self._pool.connection() as conn:
+            yield conn
+
+    @contextmanager
     def transaction(self) -> Iterator[Self]:
         """All writes inside commit together; an exception rolls all of them back.
 
@@ -171,7 +179,7 @@ class PgConnection(EmbedderSetting):
         """
         bound = self._bound
         if bound.conn is None:
-            with self._pool.connection() as conn:
+            with self.pooled() as conn:
                 bound.conn, bound.tenant, bound.locked = conn, None, frozenset()
                 wrote = False
                 try:

@@ -620,14 +620,10 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
     return the versions applied now.
 
     Raises:
-        ForeignSchemaError: the schema holds another program's tables under memstrata's
-            names (:func:`foreign`); nothing is written.
         RuntimeError: the database was written by a newer memstrata (unknown versions).
     """
     from psycopg import sql
 
-    if why := foreign(conn):
-        raise ForeignSchemaError(why)
     conn.execute(
         f"CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
         f" name {T} NOT NULL, applied_at {T} NOT NULL)")
@@ -663,10 +659,6 @@ def migrate(conn: psycopg.Connection[Any]) -> list[int]:
                          " VALUES (%s, %s, %s)", (version, name, datetime.now(UTC).isoformat()))
         applied.append(version)
     return applied
-
-
-class ForeignSchemaError(Exception):
-    """The connection's schema holds another program's tables under memstrata's names."""
 
 
 def table_names() -> list[str]:

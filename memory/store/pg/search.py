@@ -140,7 +140,7 @@ class PgSearch(PgTenants, RefLookups):
         query = "SELECT pg_current_snapshot()::text"
         if self._bound.conn is not None:
             return str(self._bound.conn.execute(query).fetchone()[0])
-        with self._pool.connection() as conn:  # autocommit: one statement, one snapshot
+        with self.pooled() as conn:  # autocommit: one statement, one snapshot
             return str(conn.execute(query).fetchone()[0])
 
     def _snapshot_number(self, snapshot: str) -> int:
@@ -176,7 +176,7 @@ class PgSearch(PgTenants, RefLookups):
             finally:
                 local.seen = None
             return
-        with self._pool.connection() as conn:
+        with self.pooled() as conn:
             bound.conn, bound.tenant, bound.locked = conn, None, frozenset()
             try:
                 with conn.transaction():

@@ -178,3 +178,27 @@ def _tables(url: str) -> list[str]:
     with psycopg.connect(url) as conn:
         return [r[0] for r in conn.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_closed_memory_says_it_is_closed(kind: str, tmp_path: Path,
+                                           request: pytest.FixtureRequest) -> None:
+    """A ``Memory`` used after ``close()`` raises a ``StoreError`` that says so, on either
+    backend (it was sqlite3's "Cannot operate on a closed database", outside memstrata's
+    errors); closing twice is harmless."""
+    from memstrata.memory.locking import StoreError
+
+    target = str(tmp_path / "m.db") if kind == "sqlite" else request.getfixturevalue(
+        "pg_db_url")
+    memory = Memory.open(target, embedder=None)
+    memory.add("I keep bees in Porto", user_id="ana", infer=False)
+    memory.close()
+    memory.close()
+    for verb in (lambda: memory.search("bees", user_id="ana"),
+                 lambda: memory.add("more bees", user_id="ana", infer=False),
+                 lambda: memory.get_all(user_id="ana"),
+                 lambda: memory.delete_all(user_id="ana")):
+        with pytest.raises(StoreError, match="the store was closed"):
+            verb()
+    with Memory.open(target, embedder=None) as again:  # nothing was lost or changed
+        assert [r["text"] for r in again.get_all(user_id="ana")] == ["I keep bees in Porto"]
