@@ -3,6 +3,7 @@
 ``Memory.import_conversations`` writes them. Dataset habits (LoCoMo's captions and ids,
 LongMemEval's session ids) are mapped here, never in ``memory``/``programs``/``tools``."""
 
+from .chat_exports import read_chat_export
 from .locomo import read_locomo
 from .longmemeval import LongMemEvalQuestion, read_longmemeval
 from .messages import read_messages, write_messages
@@ -17,5 +18,5 @@ from .records import (
 )
 
 __all__ = ["ConversationRecord", "ImportFormatError", "LongMemEvalQuestion", "Message",
-           "SessionRecord", "parse_time", "read_locomo", "read_longmemeval", "read_messages",
-           "to_message", "to_messages", "write_messages"]
+           "SessionRecord", "parse_time", "read_chat_export", "read_locomo", "read_longmemeval",
+           "read_messages", "to_message", "to_messages", "write_messages"]

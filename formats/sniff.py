@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from .chat_exports import export_shape
 from .dump import FORMAT as EXPORT_FORMAT
 from .messages import load_json, read_text
 
-FileFormat = Literal["messages", "locomo", "longmemeval", "export"]
+FileFormat = Literal["messages", "locomo", "longmemeval", "chatgpt", "claude", "export"]
 
 
 def json_shape(doc: Any) -> Literal["locomo", "longmemeval"] | None:
@@ -27,7 +28,9 @@ def json_shape(doc: Any) -> Literal["locomo", "longmemeval"] | None:
 def sniff_format(path: str | Path) -> FileFormat:
     """The format of the file at ``path``: ``export`` when its first line is a memstrata
     export's header, ``locomo`` or ``longmemeval`` for a JSON array of that shape
-    (:func:`json_shape`), else ``messages`` (whose reader names what is wrong, if anything).
+    (:func:`json_shape`), ``chatgpt`` or ``claude`` for an app's data export
+    (:func:`~memstrata.formats.chat_exports.export_shape`), else ``messages`` (whose
+    reader names what is wrong, if anything).
 
     Raises:
         ImportFormatError: the file cannot be read, is not UTF-8, or starts as a JSON array
@@ -43,7 +46,8 @@ def sniff_format(path: str | Path) -> FileFormat:
             head.get("format") == EXPORT_FORMAT):
         return "export"
     if text.lstrip().startswith("["):
-        shape = json_shape(load_json(path, text))
+        doc = load_json(path, text)
+        shape = json_shape(doc) or export_shape(doc)
         if shape is not None:
             return shape
     return "messages"

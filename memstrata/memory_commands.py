@@ -19,7 +19,7 @@ from memstrata.cli_support import (
 )
 from memstrata.memory.store.opener import describe, store_missing
 
-FORMATS = ("messages", "locomo", "longmemeval")
+FORMATS = ("messages", "locomo", "longmemeval", "chatgpt", "claude")
 
 
 def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None) -> Any:
@@ -137,6 +137,8 @@ def read_records(path: str, fmt: str) -> list[Any]:
         return formats.read_messages(path)
     if fmt == "locomo":
         return formats.read_locomo(path)
+    if fmt in ("chatgpt", "claude"):
+        return formats.read_chat_export(path, "chatgpt" if fmt == "chatgpt" else "claude")
     from memstrata.formats.longmemeval import read_longmemeval
 
     return read_longmemeval(path)[0]
@@ -144,13 +146,15 @@ def read_records(path: str, fmt: str) -> list[Any]:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Import conversations from a file into one user, all or nothing: a documented
-    messages JSON/JSONL file, LoCoMo JSON, or LongMemEval JSON (each haystack its own
-    conversation), or a memstrata export; --format names it, or it is told apart by the
-    file's content. A conversation the user already has (the same id: 'default' when the
-    file names none, as for 'add') keeps its turns and gets the file's appended; --replace
-    deletes its turns first. No facts are extracted unless --lm is given. FILE '-' reads
-    stdin. Said once the import is done (a refused file's stderr is its one error line):
-    a file without messages, and the messages not stored."""
+    messages JSON/JSONL file, LoCoMo JSON, LongMemEval JSON (each haystack its own
+    conversation), ChatGPT's or Claude's conversations.json (the app's data export: each
+    conversation as the app shows it), or a memstrata export; --format names it, or it
+    is told apart by the file's content. A conversation the user already has (the same
+    id: 'default' when the file names none, as for 'add') keeps its turns and gets the
+    file's appended; --replace deletes its turns first. No facts are extracted unless
+    --lm is given. FILE '-' reads stdin. Said once the import is done (a refused file's
+    stderr is its one error line): a file without messages, and the messages not
+    stored."""
     with stdin_as_file(args.file) as path:
         counts = _import(args, path)
     if args.format != "export" and not counts["turns"] and not counts.get("skipped"):
@@ -271,7 +275,8 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
     p.add_argument("file", help="the file to read ('-': stdin)")
     p.add_argument("--format", choices=(*FORMATS, "export"),
                    help="the file's format; by default told apart by its content: a memstrata "
-                   "export's header line, a LoCoMo or LongMemEval JSON array, else messages "
+                   "export's header line, a LoCoMo or LongMemEval JSON array, ChatGPT's or "
+                   "Claude's conversations.json (the app's data export), else messages "
                    "(JSON or JSONL)")
     common(p)
     p.add_argument("--lm", help="also extract facts with this model")

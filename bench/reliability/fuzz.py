@@ -788,6 +788,25 @@ def hostile_files(folder: Path) -> list[Path]:
         "nan.json": b'[{"id": NaN, "sessions": Infinity}]',
         "export_blob.jsonl": _EXPORT + b'{"type": "blob"}\n{"type": "version", "node_id": [1]}\n',
         "export_surrogate.jsonl": _EXPORT + b'{"type": "blob", "key": "k", "text": "\\ud800"}\n',
+        # Chat apps' data exports: a cycle, a long chain, odd nodes, parts and senders.
+        "chatgpt_cycle.json": b'[{"id": "c", "current_node": "a", "mapping": {"a": {"id": "a",'
+                              b' "parent": "b", "children": []}, "b": {"id": "b", "parent":'
+                              b' "a", "children": ["a"]}}}]',
+        "chatgpt_chain.json": json.dumps([{"id": "c", "current_node": "n19999", "mapping": {
+            f"n{i}": {"id": f"n{i}", "parent": f"n{i - 1}" if i else None,
+                      "children": [f"n{i + 1}"], "message": {
+                          # The last node's role is not text: refused whole, after
+                          # every other node was read.
+                          "author": {"role": ("user", "assistant", "tool")[i % 3]
+                                     if i < 19_999 else 5},
+                          "create_time": i, "content": {"content_type": (
+                              "text", "multimodal_text", "code", "zzz")[i % 4],
+                              "parts": ["hi", {"content_type": "image"}, None, 7][: i % 5]}}}
+            for i in range(20_000)}}]).encode(),
+        "chatgpt_odd.json": b'[{"id": "c", "mapping": {"a": 5, "b": {"id": "b", "message":'
+                            b' {"content": "x", "author": "y"}}}}, {"mapping": {}}]',
+        "claude_odd.json": b'[{"uuid": "k", "chat_messages": [{"sender": "human", "content":'
+                           b' [{"type": "zzz"}]}, 5, {"sender": "", "text": 3}]}]',
     }
     paths = []
     for name, data in contents.items():
@@ -846,7 +865,8 @@ def _cli_argv(data: Any, s: dict[str, Any], db: str, files: list[Path], work: Pa
     elif cmd == "import":
         argv.append(str(draw(st.sampled_from([*files, "-"]))))
         stdin = draw(stdins) if argv[-1] == "-" else ""
-        fmt = draw(st.sampled_from(["messages", "locomo", "longmemeval", "export", "xml",
+        fmt = draw(st.sampled_from(["messages", "locomo", "longmemeval", "chatgpt", "claude",
+                                    "export", "xml",
                                     None]))  # None: told apart by the file's content
         argv += ["--format", fmt] if fmt is not None else []
         argv.append("--quiet")
