@@ -196,13 +196,13 @@ def cmd_bench_compile(args: argparse.Namespace) -> int:
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     from memstrata.agent_commands import lm_help
-    from memstrata.bench.compile import TASKS
-    from memstrata.programs.compiler import DEFAULT_LIMIT
+    from memstrata.bench.compile_specs import PROGRAMS
+    from memstrata.programs.compile_plan import DEFAULT_LIMIT
 
-    programs = "; ".join(f"{name}: {task.summary} (split by {task.unit}; default train "
-                         f"{','.join(task.default_split.train)}, val "
-                         f"{','.join(task.default_split.val)})" for name, task in TASKS.items())
-    p.add_argument("program", choices=list(TASKS), metavar="PROGRAM",
+    programs = "; ".join(f"{name}: {spec.summary} (split by {spec.split.unit}; default train "
+                         f"{','.join(spec.split.train)}, val "
+                         f"{','.join(spec.split.val)})" for name, spec in PROGRAMS.items())
+    p.add_argument("program", choices=list(PROGRAMS), metavar="PROGRAM",
                    help=f"the program to compile: {programs}")
     p.add_argument("--data", help="the program's data: LoCoMo-format JSON (default "
                    "../shared/data/locomo/locomo_dev.json), the ontology task file for sparql "
@@ -227,7 +227,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _budget_epilog() -> str:
-    from memstrata.programs.compiler import budget_help
+    from memstrata.programs.compile_plan import budget_help
 
     return ("Budgets (--budget N, or OPT=N) are sized for a 2-core CPU with the embedded "
             "1.5B model and qa (~10 s a call, one call a run): BootstrapFewShot in ~5-30 "
@@ -240,7 +240,7 @@ def _budget_epilog() -> str:
 
 def add_compile_parsers(sub: Any, bsub: Any) -> None:
     """``memstrata compile`` under ``sub`` and ``memstrata bench compile`` under ``bsub``."""
-    from memstrata.programs.compiler import OPTIMIZERS
+    from memstrata.programs.compile_plan import OPTIMIZERS
 
     p = sub.add_parser("compile", help="compile a program with a DSPy optimizer on LoCoMo "
                        "dev conversations", description=cmd_compile.__doc__,

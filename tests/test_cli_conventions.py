@@ -294,3 +294,16 @@ def test_every_command_says_not_found_with_exit_1(
     monkeypatch.chdir(tmp_path)
     assert _cli("runs", "export", "--out", "-", "--db", db) == 0
     assert capsys.readouterr().out == "" and not (tmp_path / "-").exists()  # no runs yet
+
+
+def test_the_parser_is_built_without_the_model_stack() -> None:
+    """Every command builds the whole parser first: importing DSPy (or torch, litellm)
+    there cost each command, ``--version`` included, ~1.5 s on a 2-core machine."""
+    import subprocess
+
+    code = ("import sys; from memstrata.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('dspy', 'litellm', 'torch', 'llama_cpp') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

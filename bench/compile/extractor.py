@@ -52,10 +52,11 @@ from memstrata.programs.ingest import IngestReport, IngestSettings, ingest_conve
 from memstrata.programs.metrics import Metric, extractor_metric
 from memstrata.programs.refs import ProgramRef
 
+from ..compile_specs import LOCOMO_SPLIT, PROGRAMS
 from ..facts import locomo_ingest_settings, recall_through_facts, scored_questions
 from ..locomo import LoCoMoConversation, Question, apply_audit, load_locomo
 from ..retrieval import CATEGORIES
-from .qa import LOCOMO_SPLIT, read_split
+from .qa import read_split
 
 RECALL_K = 10
 """The recall depth reported (``bench facts`` ranks 5, 10 and 25)."""
@@ -180,7 +181,7 @@ class ExtractorTask(ProgramTask):
     by its grounded facts and evidence recall through them on held-out conversations."""
 
     program = "extractor"
-    summary = "the ingest extractor (facts, entities, QA pairs per chunk of turns)"
+    summary = PROGRAMS["extractor"].summary
     headline = "grounded_per_chunk"
     # extractor_metric is half the share of proposed facts that ground, half the share of
     # the chunk's question evidence they rest on: 0.5 passes a demo whose facts all ground

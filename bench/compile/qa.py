@@ -49,11 +49,9 @@ from memstrata.programs.metrics import Metric, qa_metric
 from memstrata.programs.qa import QA
 from memstrata.programs.refs import ProgramRef
 
+from ..compile_specs import LOCOMO_SPLIT, PROGRAMS
 from ..locomo import Question, apply_audit, load_locomo, read_locomo
 from ..qa import QASettings, answer_settings, memstrata_answerer, run_locomo_bench, select_questions
-
-LOCOMO_SPLIT = Split(train=("conv-26", "conv-30", "conv-41"), val=("conv-43",),
-                     heldout=("conv-47",))
 
 
 def read_split(data: str | Path, split: Split, audit: str | Path | None = None) -> SplitData:
@@ -128,7 +126,7 @@ class QATask(ProgramTask):
     """``memstrata compile qa``: LoCoMo's ``QA`` on the memories the answer path packs."""
 
     program = "qa"
-    summary = "the QA of the answer path, on the memories it is shown"
+    summary = PROGRAMS["qa"].summary
     headline = "f1"
     threshold = 0.5
     default_split = LOCOMO_SPLIT
@@ -181,7 +179,7 @@ class AnswererTask(QATask):
     retrieving and verifying for itself; its ``QA`` learns the demos."""
 
     program = "answerer"
-    summary = "the whole answer path (route, retrieve, verify, QA), run end to end"
+    summary = PROGRAMS["answerer"].summary
 
     def student(self) -> dspy.Module:
         return PersonalAnswerer(settings=answer_settings(self.settings),

@@ -72,13 +72,14 @@ from memstrata.programs.compiler import (
 from memstrata.programs.metrics import Metric, metric_result
 from memstrata.programs.refs import ProgramRef
 
+from ..compile_specs import LEVEL_SPLIT, PROGRAMS
+
 if TYPE_CHECKING:
     from memstrata.bench.experiments.config import ExperimentConfig
     from memstrata.bench.experiments.ontology_suite import OntologySuite
     from memstrata.bench.ontology import OntologyTask
 
 
-LEVEL_SPLIT = Split(train=("L1", "L2"), val=("L3",), heldout=("L4", "L5"), unit="level")
 DEFAULT_EXPERIMENT = "E6"
 """The config whose agent is compiled and scored: E6, the full layer cake (L0 card, L1
 constraints, seeded L2 strategies, L3 guide; ReAct, handle tools, 3 iterations, inject
@@ -173,7 +174,7 @@ class SparqlTask(ProgramTask):
     """
 
     program = "sparql"
-    summary = "the ontology suite's SPARQL agent (ReAct over run_sparql, E6's memory)"
+    summary = PROGRAMS["sparql"].summary
     unit = "level"
     headline = "success"
     threshold = 1.0

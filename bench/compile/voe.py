@@ -65,9 +65,10 @@ from memstrata.programs.metrics import Metric, voe_metric
 from memstrata.programs.refs import ProgramRef
 from memstrata.programs.voe import HIT, NO_FACTS, VoEResponder, VoESettings
 
+from ..compile_specs import LOCOMO_SPLIT, PROGRAMS
 from ..locomo import LoCoMoConversation
 from ..voe import PredictionContext, fuzzy, prediction_contexts
-from .qa import LOCOMO_SPLIT, read_split
+from .qa import read_split
 
 PREDICTION_CHARS = 200
 """``Respond.next_prediction``'s bound: a labelled demo's prediction is cut to it."""
@@ -142,8 +143,7 @@ class VoETask(ProgramTask):
     the real message (and its hit rate)."""
 
     program = "voe.responder"
-    summary = ("the VoE responder's prediction of the user's next message (what bench voe "
-               "scores), on replayed LoCoMo sessions")
+    summary = PROGRAMS["voe"].summary
     headline = "similarity"
     threshold = HIT  # a demo is a prediction the bench counts as a hit
     default_split = LOCOMO_SPLIT

@@ -327,3 +327,16 @@ def test_bench_compile_writes_the_documented_shape(
     assert sum(len(h.lm.engine.requests) for h in model) == calls
     again = json.loads((out / "compile.json").read_text())
     assert all(again["systems"][o]["reused"] for o in BUDGET)
+
+
+def test_the_commands_table_of_programs_is_the_tasks() -> None:
+    """``compile``'s parser reads ``bench.compile_specs`` (no DSPy); every task takes its
+    line and default split from there, and every program there has a task."""
+    from memstrata.bench.compile import TASKS
+    from memstrata.bench.compile_specs import PROGRAMS
+
+    assert list(TASKS) == list(PROGRAMS)
+    for name, task in TASKS.items():
+        spec = PROGRAMS[name]
+        assert (task.summary, task.default_split, task.unit) == (
+            spec.summary, spec.split, spec.split.unit), name
