@@ -678,8 +678,12 @@ class Memory:
 
         A conversation already stored under the same id keeps its turns: the record's
         sessions are appended to it (a session of the same id continues), as ``add``
-        would. The record's ``title``, ``speakers`` (first, in its order) and ``metadata``
-        go on the conversation's header once a turn of it is written. With
+        would, and as ``add`` does, the record's messages that repeat its turns are not
+        stored again (:mod:`memstrata.add_rules`: a re-sent start of the conversation, or a
+        timestamped message with a turn of that time and text), so importing a file
+        again, or a newer export of the same conversations, adds only what is new (counted
+        as ``"duplicates"``). The record's ``title``, ``speakers`` (first, in its order)
+        and ``metadata`` go on the conversation's header once a turn of it is written. With
         ``replace=True`` its turns, sessions and index rows are deleted first (and
         scrubbed from the file, as :meth:`delete` does); the counts then include
         ``"replaced"``, the turns deleted. No extraction runs (``flush`` extracts
@@ -697,13 +701,17 @@ class Memory:
         for record in records:
             _check_record(record)
         counts = {"conversations": 0, "sessions": 0, "turns": 0}
-        replaced = skipped = 0
+        replaced = skipped = duplicates = repeated = 0
         with self._lock, self._scrub(user_id, replace), self.store.transaction():
             for record in records:
                 if replace:
                     replaced += self.store.delete_conversation(user_id, record.id)
                 batches = [(session.id, self._storable(session.messages), session.started_at)
                            for session in record.sessions]
+                if not replace:
+                    batches, repeated = _without_repeats(self.store, user_id, record.id,
+                                                         batches)
+                    duplicates += repeated
                 turns = self._insert(user_id, agent_id, record.id, batches, {}, utcnow())
                 written = sum(map(len, turns))
                 counts["sessions"] += sum(map(bool, turns))
@@ -712,11 +720,13 @@ class Memory:
                 counts["turns"] += written
                 counts["conversations"] += bool(written)
                 given = sum(len(s.messages) for s in record.sessions)
-                skipped += given - sum(len(b[1]) for b in batches)
+                skipped += given - sum(len(b[1]) for b in batches) - repeated
                 if progress is not None:
                     progress(given)
         if skipped:
             counts["skipped"] = skipped
+        if duplicates:
+            counts["duplicates"] = duplicates
         return {**counts, "replaced": replaced} if replace else counts
 
     # -- reading -----------------------------------------------------------------------
@@ -1378,6 +1388,23 @@ def _check_kinds(name: str, kinds: Iterable[Any]) -> None:
     if unknown := [k for k in kinds if k not in KINDS]:
         raise ValueError(f"{name}: no kind {', '.join(map(repr, unknown))}; kinds: "
                          f"{', '.join(KINDS)}")
+
+
+def _without_repeats(store: MemoryStore, user_id: str, conversation_id: str,
+                     batches: list[tuple[str, list[Message], datetime | None]]
+                     ) -> tuple[list[tuple[str, list[Message], datetime | None]], int]:
+    """``batches`` without the messages that repeat a turn the conversation holds (the
+    whole record read as one batch of ``add``), and how many those were."""
+    flat = [m for _, msgs, _ in batches for m in msgs]
+    same = add_rules.repeats(store, user_id, conversation_id, flat) if flat else {}
+    if not same:
+        return batches, 0
+    out, position = [], 0
+    for session_id, msgs, started in batches:
+        kept = [m for p, m in enumerate(msgs, position) if p not in same]
+        position += len(msgs)
+        out.append((session_id, kept, started))
+    return out, len(same)
 
 
 def _count(name: str, value: Any, most: int) -> int:

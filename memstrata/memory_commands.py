@@ -151,19 +151,25 @@ def cmd_import(args: argparse.Namespace) -> int:
     conversation as the app shows it), or a memstrata export; --format names it, or it
     is told apart by the file's content. A conversation the user already has (the same
     id: 'default' when the file names none, as for 'add') keeps its turns and gets the
-    file's appended; --replace deletes its turns first. No facts are extracted unless
-    --lm is given. FILE '-' reads stdin. Said once the import is done (a refused file's
-    stderr is its one error line): a file without messages, and the messages not
-    stored."""
+    file's appended, less the messages it already holds (add's rule: importing a file
+    again, or a newer export, adds only what is new); --replace deletes its turns
+    first. No facts are extracted unless --lm is given. FILE '-' reads stdin. Said once
+    the import is done (a refused file's stderr is its one error line): a file without
+    messages, the messages not stored and those already stored."""
     with stdin_as_file(args.file) as path:
         counts = _import(args, path)
-    if args.format != "export" and not counts["turns"] and not counts.get("skipped"):
+    if args.format != "export" and not any(counts.get(k) for k in ("turns", "skipped",
+                                                                   "duplicates")):
         name = "stdin" if args.file == "-" else args.file
         print(f"memstrata: {name}: no messages in the file", file=sys.stderr)
     if counts.get("skipped"):
         n = counts["skipped"]
         print(f"memstrata: {n} message{'s' if n != 1 else ''} not stored (system prompts, tool "
               "plumbing and messages without text are skipped)", file=sys.stderr)
+    if counts.get("duplicates"):
+        n = counts["duplicates"]
+        print(f"memstrata: {n} message{'s' if n != 1 else ''} already stored (not stored "
+              "again)", file=sys.stderr)
     print(json.dumps({"db": describe(args.db), "user_id": args.user, "format": args.format,
                       **counts}))
     return 0
@@ -282,7 +288,8 @@ def add_memory_parsers(sub: argparse._SubParsersAction, default_db: str) -> None
     p.add_argument("--lm", help="also extract facts with this model")
     p.add_argument("--replace", action="store_true",
                    help="replace a conversation the user already has under the same id "
-                   "(its turns are deleted first); without it, the file's are appended")
+                   "(its turns are deleted first); without it, the file's are appended, "
+                   "less those it already holds")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_embedder_arg(p)
     p.set_defaults(func=cmd_import)

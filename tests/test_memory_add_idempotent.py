@@ -181,3 +181,37 @@ def test_fact_events_follow_the_message_events(scripted) -> None:
     assert events[n:] and all(e["kind"] == "fact" for e in events[n:])
     assert kinds(m.add([SYSTEM, *chunk], user_id="u")) == (
         ["NONE:system"] + ["NONE:duplicate"] * len(chunk))   # nothing new: no extraction
+
+
+def test_importing_again_stores_only_what_is_new() -> None:
+    """``import_conversations`` follows ``add``'s repeat rule: the same file imported
+    twice stores its turns once, a newer export of the same conversation adds only its
+    new messages (a session of it that continues, and a new one), and two equal
+    messages said at different times stay two turns; ``replace`` writes the file whole
+    again. (An import appended every message again, so a monthly re-import of a chat
+    app's export doubled the history.)"""
+    from datetime import UTC, datetime
+
+    from memstrata.formats import ConversationRecord, SessionRecord, to_message
+
+    def at(minute: int, role: str, text: str) -> Any:
+        return to_message({"role": role, "content": text,
+                           "timestamp": datetime(2024, 5, 1, 10, minute, tzinfo=UTC)})
+
+    first = [at(0, "user", "ok"), at(1, "assistant", "Noted."), at(2, "user", "ok")]
+    later = [at(30, "user", "My flight is on Friday")]
+
+    def record(*sessions: list[Any]) -> ConversationRecord:
+        return ConversationRecord(id="chat-1", sessions=[
+            SessionRecord(id=f"s{n}", messages=msgs) for n, msgs in enumerate(sessions, 1)])
+
+    m = Memory.open(":memory:")
+    assert m.import_conversations([record(first)], user_id="u")["turns"] == 3
+    again = m.import_conversations([record(first)], user_id="u")
+    assert (again["turns"], again["duplicates"]) == (0, 3)
+    newer = m.import_conversations([record(first, later)], user_id="u")
+    assert (newer["turns"], newer["duplicates"]) == (1, 3)
+    assert texts(m) == ["ok", "Noted.", "ok", "My flight is on Friday"]
+    whole = m.import_conversations([record(first, later)], user_id="u", replace=True)
+    assert (whole["turns"], whole["replaced"], "duplicates" in whole) == (4, 4, False)
+    assert texts(m) == ["ok", "Noted.", "ok", "My flight is on Friday"]

@@ -141,6 +141,11 @@ def test_import_command_takes_either_export_and_says_what_it_skipped(
     assert report["skipped"] == 5 and "5 messages not stored" in err
     assert _cli("import", str(claude), "--user", "ana", "--db", db, "--quiet") == 0
     assert json.loads(capsys.readouterr().out)["format"] == "claude"
+    # The next month's export holds the same conversations: nothing is stored twice.
+    assert _cli("import", str(chatgpt), "--user", "ana", "--db", db, "--quiet") == 0
+    out, err = capsys.readouterr()
+    assert (json.loads(out)["turns"], json.loads(out)["duplicates"]) == (0, 4)
+    assert "4 messages already stored (not stored again)" in err
     with Memory.open(db) as memory:
         assert memory.search("what did I say my budget was?", user_id="ana")[0].text == (
             "My budget for Japan is 3000 euros")
