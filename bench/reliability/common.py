@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from memstrata.memory import Store
 
 HEADLINE = ("lost_writes", "integrity_failures", "crashes", "breaches", "escapes",
-            "secrets_found", "deleted_bytes_found", "parity_mismatches", "imports_losing_rows")
+            "secrets_found", "deleted_bytes_found", "parity_mismatches", "imports_losing_rows",
+            "imports_duplicating")
 """The counters the suite sums over scenarios; any non-zero one fails the run."""
 
 MAX_DETAILS = 50
@@ -59,6 +60,8 @@ class Scenario(BaseModel):
                                    "and PostgreSQL (backend_parity)")
     imports_losing_rows: int = Field(0, description="an import without replace that lowered "
                                      "a conversation's rows (import_no_loss)")
+    imports_duplicating: int = Field(0, description="a file imported again that stored any "
+                                     "row a second time (import_no_loss)")
 
     def fail(self, counter: str | None, what: str, **detail: Any) -> None:
         """Count one failure (and ``counter``, one of :data:`HEADLINE`, if it breaks one)."""

@@ -8,6 +8,9 @@ Each step is one of:
 * ``import_messages``: a messages JSONL file (its messages in ``default``, a named
   conversation or several), through ``Memory.import_conversations`` or ``memstrata
   import --format messages``, a quarter of them with ``replace``;
+* ``import_again``: a messages file whose messages have their times (as an app's export
+  has) imported, then the same file again (API or CLI): the second import may change no
+  row count (``imports_duplicating`` otherwise);
 * ``import_foreign``: one tenant's export imported into another tenant (its ids are taken:
   refused, nothing written);
 * ``round_trip``: a tenant exported (``Memory.export`` or ``memstrata export``), forgotten,
@@ -90,13 +93,16 @@ class Steps:
                         for _ in range(self.rng.randint(1, 3))], user_id=user,
                        conversation_id=conv, infer=False)
 
-    def messages_file(self) -> tuple[Path, set[str]]:
-        """A messages JSONL file and the conversations it names."""
+    def messages_file(self, timed: bool = False) -> tuple[Path, set[str]]:
+        """A messages JSONL file and the conversations it names; with ``timed``, each
+        message has its own time (as a chat app's export has)."""
         lines, named = [], set()
         for _ in range(self.rng.randint(1, 4)):
             conv = self.rng.choice(CONVERSATIONS)
             row: dict[str, Any] = {"role": self.rng.choice(["user", "assistant"]),
                                    "content": self.sentence()}
+            if timed:
+                row["timestamp"] = 1_700_000_000 + self.rng.randrange(10**8)
             if conv is not None:
                 row["conversation_id"] = conv
             named.add(conv or "default")
@@ -108,20 +114,41 @@ class Steps:
     def import_messages(self, user: str, replace: bool, cli: bool) -> tuple[str, set[str]]:
         """Import a messages file; returns the refusal (empty when it was imported) and
         the conversations the file names."""
-        from memstrata.formats import read_messages
-
         path, named = self.messages_file()
         try:
-            if cli:
-                return command(["import", str(path), "--format", "messages", "--user", user,
-                                "--quiet", "--db", str(self.path),
-                                *(["--replace"] if replace else [])]), named
-            with self.memory() as memory:
-                memory.import_conversations(read_messages(path), user_id=user,
-                                            **({"replace": True} if replace else {}))
-            return "", named
+            return self._import_file(path, user, replace=replace, cli=cli), named
         finally:
             path.unlink()
+
+    def import_twice(self, user: str, cli: bool) -> tuple[str, Counts, list[str]]:
+        """Import one messages file whose messages have their times, then the same file
+        again: the refusal, the counts after the first import and the rows the first one
+        lost. (Without times, a message appended after a conversation's turns cannot be
+        told from a new one that says the same: ``add``'s repeat rule.)"""
+        path, _ = self.messages_file(timed=True)
+        before = counts(self.path)
+        try:
+            refused = self._import_file(path, user, replace=False, cli=cli)
+            if refused:
+                return refused, before, []
+            once = counts(self.path)
+            again = self._import_file(path, user, replace=False, cli=cli)
+            return again, once, losses(before, once, set())
+        finally:
+            path.unlink()
+
+    def _import_file(self, path: Path, user: str, *, replace: bool, cli: bool) -> str:
+        """Import the messages file at ``path``: the refusal, empty when imported."""
+        from memstrata.formats import read_messages
+
+        if cli:
+            return command(["import", str(path), "--format", "messages", "--user", user,
+                            "--quiet", "--db", str(self.path),
+                            *(["--replace"] if replace else [])])
+        with self.memory() as memory:
+            memory.import_conversations(read_messages(path), user_id=user,
+                                        **({"replace": True} if replace else {}))
+        return ""
 
     def export(self, user: str, cli: bool) -> Path:
         path = self.work / f"export{self.n}.jsonl"
@@ -189,8 +216,8 @@ def import_no_loss(ctx: Context) -> Scenario:
         if ctx.expired():
             result.stopped_early = True
             break
-        kind = rng.choices(["add", "import_messages", "import_foreign", "round_trip"],
-                           weights=[3, 4, 1, 1])[0]
+        kind = rng.choices(["add", "import_messages", "import_again", "import_foreign",
+                            "round_trip"], weights=[3, 4, 1, 1, 1])[0]
         user = rng.choice(TENANTS)
         cli = rng.random() < 0.5
         try:
@@ -207,6 +234,12 @@ def import_no_loss(ctx: Context) -> Scenario:
                 # With replace, the conversations the file names may shrink; no other.
                 spared = {(user, c) for c in named} if replace else set()
                 lost = losses(before, counts(steps.path), spared)
+            elif kind == "import_again":
+                refused, once, lost = steps.import_twice(user, cli)
+                kind = f"{kind}{'_cli' if cli else ''}"
+                if not refused and counts(steps.path) != once:
+                    result.fail("imports_duplicating", "the same file imported again "
+                                "stored rows again", step=kind)
             elif kind == "import_foreign":
                 source = rng.choice([t for t in TENANTS if t != user])
                 path = steps.export(source, cli)

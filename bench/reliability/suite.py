@@ -5,7 +5,7 @@ The document's shape is an interface outside checks rely on::
     {"scenarios": {NAME: {"attempts": n, "failures": n, "details": [...], ...}},
      "lost_writes": n, "integrity_failures": n, "crashes": n, "breaches": n,
      "escapes": n, "secrets_found": n, "deleted_bytes_found": n, "parity_mismatches": n,
-     "imports_losing_rows": n, ...}
+     "imports_losing_rows": n, "imports_duplicating": n, ...}
 
 The headline counters (``common.HEADLINE``) are sums over the scenarios; the run fails
 (``ok`` false, the command exits non-zero) when any of them is non-zero, or when a scenario

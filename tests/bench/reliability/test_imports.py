@@ -24,7 +24,7 @@ def test_no_import_loses_rows(tmp_path: Path) -> None:
     result = imports.import_no_loss(Context(work=tmp_path, quick=True, budget_s=120))
     assert result.attempts >= 15 and result.failures == 0, result.details
     steps = {d["step"] for d in result.details}
-    assert {"import_messages", "import_messages_cli", "round_trip"} <= steps
+    assert {"import_messages", "import_messages_cli", "import_again", "round_trip"} <= steps
 
 
 def test_the_detector_counts_an_import_that_replaces(tmp_path: Path,
@@ -36,6 +36,17 @@ def test_the_detector_counts_an_import_that_replaces(tmp_path: Path,
     assert result.imports_losing_rows >= 1
     assert all(d["failure"] == "an import lowered a row count"
                for d in result.details if "failure" in d)
+
+
+def test_the_detector_counts_an_import_that_stores_a_file_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import memstrata.api
+
+    # The import as it was: every message of the file appended, repeats included.
+    monkeypatch.setattr(memstrata.api, "_without_repeats", lambda store, user, conv, batches:
+                        (batches, 0))
+    result = imports.import_no_loss(Context(work=tmp_path, quick=True, budget_s=120))
+    assert result.imports_duplicating >= 1 and result.imports_losing_rows == 0
 
 
 def test_the_new_scenarios_are_registered() -> None:
