@@ -22,7 +22,10 @@ Claude (``"chat_messages"``): ``sender`` ``human`` is the user; ``content`` part
 Anthropic's Messages API has them (``text``, ``thinking``, ``tool_use``,
 ``tool_result``), else ``text``; attachments and files are named in ``parts_skipped``.
 
-Records in errors: ``conversation N`` (1-based), and ``conversation N message M``.
+Each message keeps the app's id as ``metadata["source_id"]`` (ChatGPT's node id, Claude's
+message uuid): the turn's id in its conversation, and what a later import of a newer
+export matches it by. Records in errors: ``conversation N`` (1-based), and
+``conversation N message M``.
 """
 
 from __future__ import annotations
@@ -122,7 +125,7 @@ def _chatgpt(raw: dict[str, Any], where: str) -> ConversationRecord:
     messages = []
     for m, node in enumerate(nodes, 1):
         try:
-            messages.append(_chatgpt_message(node["message"]))
+            messages.append(_chatgpt_message(node["message"], node.get("id")))
         except ValueError as exc:
             raise _Bad(f"{where} message {m}", str(exc)) from None
     return _record(where, raw.get("conversation_id") or raw.get("id"),
@@ -159,7 +162,7 @@ def _time(message: Any) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
-def _chatgpt_message(msg: dict[str, Any]) -> Message:
+def _chatgpt_message(msg: dict[str, Any], node_id: Any) -> Message:
     author, content, metadata = (_object(msg.get(key))
                                  for key in ("author", "content", "metadata"))
     role = author.get("role") if isinstance(author.get("role"), str) else None
@@ -171,7 +174,8 @@ def _chatgpt_message(msg: dict[str, Any]) -> Message:
     elif kind in TOOL_CONTENT or role == "tool" or (
             isinstance(recipient, str) and recipient != "all"):
         role = "tool"
-    out: dict[str, Any] = {"role": role, "content": text, "timestamp": msg.get("create_time")}
+    out: dict[str, Any] = {"role": role, "content": text, "timestamp": msg.get("create_time"),
+                           **_source(msg.get("id") or node_id)}
     if role == "tool" and isinstance(author.get("name"), str) and author["name"]:
         out["speaker"] = author["name"]
     if role is None:
@@ -180,6 +184,14 @@ def _chatgpt_message(msg: dict[str, Any]) -> Message:
     if skipped:
         message.metadata["parts_skipped"] = skipped
     return message
+
+
+def _source(message_id: Any) -> dict[str, Any]:
+    """The app's id of a message as its ``source_id`` (the turn's id in its conversation,
+    as LoCoMo's ``dia_id`` is), where it has one."""
+    if isinstance(message_id, str) and message_id.strip():
+        return {"metadata": {"source_id": message_id}}
+    return {}
 
 
 def _object(value: Any) -> dict[str, Any]:
@@ -236,7 +248,8 @@ def _claude_message(msg: Any) -> Message:
     content = msg.get("content")
     if not isinstance(content, list) or not content:
         content = msg.get("text") if isinstance(msg.get("text"), str) else ""
-    message = to_message({"role": role, "content": content, "timestamp": msg.get("created_at")})
+    message = to_message({"role": role, "content": content, "timestamp": msg.get("created_at"),
+                          **_source(msg.get("uuid"))})
     files = [f for key in ("attachments", "files") for f in msg.get(key) or []
              if isinstance(f, dict)]
     if files:

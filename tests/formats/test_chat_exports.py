@@ -97,6 +97,8 @@ def test_chatgpt_export_reads_the_branch_the_app_shows(tmp_path: Path) -> None:
     (session,) = record.sessions
     assert session.started_at is not None and session.started_at.year == 2024
     got = [(m.role, m.content, m.metadata.get("parts_skipped")) for m in session.messages]
+    assert [m.metadata["source_id"] for m in session.messages] == [  # the app's ids
+        "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9"]
     assert got == [
         ("system", "", None),                                   # hidden context
         ("system", "I am vegetarian\nAnswer briefly", None),   # custom instructions
@@ -121,6 +123,7 @@ def test_claude_export(tmp_path: Path) -> None:
                                                           ["user", "assistant"])
     got = [(m.role, m.content, m.metadata.get("parts_skipped"))
            for m in record.sessions[0].messages]
+    assert [m.metadata["source_id"] for m in record.sessions[0].messages] == ["m1", "m2", "m3"]
     assert got == [("user", "My tomatoes get blight every August", None),
                    ("assistant", "Try copper fungicide early.", ["thinking"]),
                    ("user", "Here is the plot plan", ["file", "file"])]
@@ -149,7 +152,8 @@ def test_import_command_takes_either_export_and_says_what_it_skipped(
     with Memory.open(db) as memory:
         assert memory.search("what did I say my budget was?", user_id="ana")[0].text == (
             "My budget for Japan is 3000 euros")
-        assert memory.search("tomato blight", user_id="ana")[0].conversation_id == "k-garden"
+        hit = memory.search("tomato blight", user_id="ana")[0]
+        assert (hit.conversation_id, hit.turn_id) == ("k-garden", "m1")  # the app's ids
 
 
 @pytest.mark.parametrize(("doc", "where", "said"), [
