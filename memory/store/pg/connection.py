@@ -117,8 +117,8 @@ class PgConnection(EmbedderSetting):
         Raises:
             PgStoreError: the server cannot be reached, refuses the login, the URL is not
                 one, the schema cannot be created or holds another program's tables under
-                memstrata's names, or row-level security would not bind
-                the role; nothing is written and nothing is left open.
+                memstrata's names, or row-level security would not bind the role; nothing
+                is written and nothing is left open.
             RuntimeError: the database was written by a newer memstrata.
         """
         where = redacted(url)
