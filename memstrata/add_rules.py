@@ -10,7 +10,10 @@ before the call in its conversation when they have the same speaker, role, text 
   then repeats the turn at its position (a message with a timestamp must also have that
   turn's event time). Apps send the whole growing history on every call: this is it.
 * or the message has its own ``timestamp`` and a turn of the conversation has that
-  event time.
+  event time;
+* or the message has a source id and the conversation has a turn of that id (the id a
+  source gave the message: an importer's, as ChatGPT's and Claude's exports and LoCoMo
+  carry; one id names one message, wherever it sits in the conversation).
 
 Each stored turn is repeated by at most one message of a batch: two equal messages in one
 batch are two turns (a user may say "ok" twice), and sent again they repeat both.
@@ -29,6 +32,8 @@ from memstrata.memory import Filters, MemoryStore, Turn
 
 DEFAULT_SKIP_ROLES = frozenset({"system", "developer", "tool", "function"})
 """Roles ``Memory.add`` does not store by default: system prompts and tool plumbing."""
+LABELS_PER_QUERY = 500
+"""Source ids looked up per statement (SQLite bounds a statement's parameters)."""
 SYSTEM_ROLES = frozenset({"system", "developer"})
 ROLE = "role"
 """Turn metadata key: the message's chat role, where it differs from its speaker."""
@@ -75,30 +80,49 @@ def repeats(store: MemoryStore, user_id: str, conversation_id: str, messages: li
     """The messages that repeat a turn stored before (see the module), by position, with
     the turn each repeats; a turn is repeated by at most one message.
 
-    Reads at most ``len(messages)`` turns from the conversation's start, and the turns
-    whose event time lies between the timestamps of the other timed messages."""
+    Reads at most ``len(messages)`` turns from the conversation's start, the turns
+    whose event time lies between the timestamps of the other timed messages, and the
+    turns named by the other messages' source ids."""
     out: dict[int, Turn] = {}
     start = store.turns(user_id, conversation_id=conversation_id, limit=len(messages))
+    if not start:  # a new conversation: nothing to repeat
+        return out
     n = 0
     while n < len(start) and _same(messages[n], start[n]):
         out[n] = start[n]
         n += 1
     timed = [p for p in range(n, len(messages)) if messages[p].timestamp is not None]
     times = [t for p in timed if (t := messages[p].timestamp) is not None]
-    if not times:
-        return out
-    ids = store.allowed_ids(user_id, Filters(kinds=["turn"], conversation_id=conversation_id,
-                                             start=min(times), end=max(times)))
-    ids -= {t.id for t in out.values()}
+    if times:
+        ids = store.allowed_ids(user_id, Filters(kinds=["turn"],
+                                                 conversation_id=conversation_id,
+                                                 start=min(times), end=max(times)))
+        ids -= {t.id for t in out.values()}
+        _match(out, messages, timed, store.turns(user_id, ids=sorted(ids)) if ids else [])
+    sourced = [p for p in range(n, len(messages))
+               if p not in out and messages[p].metadata.get("source_id")]
+    if sourced:
+        labels = sorted({str(messages[p].metadata["source_id"]) for p in sourced})
+        taken = {t.id for t in out.values()}
+        named = [t for i in range(0, len(labels), LABELS_PER_QUERY)
+                 for t in store.turns(user_id, conversation_id=conversation_id,
+                                      labels=labels[i:i + LABELS_PER_QUERY])]
+        _match(out, messages, sourced, [t for t in named if t.id not in taken])
+    return out
+
+
+def _match(out: dict[int, Turn], messages: list[Message], positions: list[int],
+           turns: list[Turn]) -> None:
+    """Add to ``out`` each message of ``positions`` that repeats one of ``turns`` (each
+    turn taken once)."""
     candidates: dict[tuple[str, str], list[Turn]] = {}
-    for turn in store.turns(user_id, ids=sorted(ids)) if ids else []:
+    for turn in turns:
         candidates.setdefault((turn.speaker, turn.text), []).append(turn)
-    for p in timed:
+    for p in positions:
         same = candidates.get((messages[p].speaker, messages[p].content), [])
         if found := next((t for t in same if _same(messages[p], t)), None):
             out[p] = found
             same.remove(found)
-    return out
 
 
 def _same(m: Message, t: Turn) -> bool:

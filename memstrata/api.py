@@ -247,8 +247,10 @@ class Memory:
         re-sent prefix: the batch's messages (those not skipped) from the first, as long
         as they equal the conversation's turns from its first, in order (a message with
         a timestamp must also match that turn's event time); or (2) it has its own
-        ``timestamp`` and a turn of the conversation has that event time. A stored turn
-        is repeated by at most one message of a batch. Any other message is new: a user
+        ``timestamp`` and a turn of the conversation has that event time; or (3) it has a
+        source id and the conversation has a turn of that id (an importer's message ids:
+        ChatGPT's, Claude's, LoCoMo's). A stored turn is repeated by at most one message
+        of a batch. Any other message is new: a user
         who says "ok" twice, in one call or in two, gets two turns, unless "ok" is the
         conversation's first turn and is sent again alone (a re-sent prefix).
 

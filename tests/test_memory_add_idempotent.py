@@ -215,3 +215,20 @@ def test_importing_again_stores_only_what_is_new() -> None:
     whole = m.import_conversations([record(first, later)], user_id="u", replace=True)
     assert (whole["turns"], whole["replaced"], "duplicates" in whole) == (4, 4, False)
     assert texts(m) == ["ok", "Noted.", "ok", "My flight is on Friday"]
+
+
+def test_a_message_with_a_source_id_repeats_the_turn_of_that_id() -> None:
+    """An importer's message ids (ChatGPT's, Claude's, LoCoMo's) name one message
+    wherever it sits: untimed messages appended after a conversation's turns are found
+    again by their ids (without ids they cannot be told from new ones saying the same)."""
+    m = Memory.open(":memory:")
+    m.add("Hello", user_id="u", infer=False)
+    sourced = [{"role": "user", "content": "ok", "metadata": {"source_id": "a1"}},
+               {"role": "assistant", "content": "Noted.", "metadata": {"source_id": "a2"}}]
+    assert kinds(m.add(sourced, user_id="u", infer=False)) == ["ADD", "ADD"]
+    again = m.add([*sourced, {"role": "user", "content": "ok",
+                              "metadata": {"source_id": "a3"}}], user_id="u", infer=False)
+    assert kinds(again) == ["NONE:duplicate", "NONE:duplicate", "ADD"]
+    assert texts(m) == ["Hello", "ok", "Noted.", "ok"]
+    plain = [{"role": "user", "content": "ok"}]
+    assert kinds(m.add(plain, user_id="u", infer=False)) == ["ADD"]  # no id: a new "ok"
