@@ -177,6 +177,8 @@ def _not_unicode(args: Any, limit: int = 10_000) -> str | None:
     return None
 
 
+CLIP_CHARS = 1_000
+"""Characters of a string argument a call's log redacts, then shows the first 200 of."""
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxother = 200
 _SHORT.maxlevel = 3
@@ -188,6 +190,22 @@ def _loggable(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[
     structure nested thousands deep from recursing)."""
     names = list(signature.parameters)[1:]
     named = dict(zip(names, args, strict=False)) | kwargs
-    # Redacted before it is cut: a key cut in half no longer looks like one.
-    return {k: (v if isinstance(v, int | float | bool | None) else _SHORT.repr(redact(v))[:200])
-            for k, v in named.items()}
+    # Redacted before it is cut to 200 characters (a key cut in half no longer looks like
+    # one), but only what could be shown: redacting a 6 MB argument whole took seconds.
+    return {k: (v if isinstance(v, int | float | bool | None)
+                else _SHORT.repr(redact(_clipped(v)))[:200]) for k, v in named.items()}
+
+
+def _clipped(value: Any, depth: int = 0) -> Any:
+    """``value`` with what ``_SHORT`` cannot show left out: strings cut to
+    :data:`CLIP_CHARS`, containers to their first 20 entries, levels past its depth."""
+    if isinstance(value, str):
+        return value[:CLIP_CHARS]
+    if depth > _SHORT.maxlevel and isinstance(value, dict | list | tuple):
+        return MARK
+    if isinstance(value, dict):
+        return {(k[:CLIP_CHARS] if isinstance(k, str) else k): _clipped(v, depth + 1)
+                for k, v in list(value.items())[:20]}
+    if isinstance(value, list | tuple):
+        return [_clipped(v, depth + 1) for v in value[:20]]
+    return value

@@ -224,6 +224,29 @@ def test_hostile_argument_values_are_refused_clearly(session: ToolSession) -> No
     assert len(session.log.calls[-1].args["query"]) <= 200
 
 
+def test_a_calls_log_shows_its_arguments_cut_and_redacted(
+        session: ToolSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call's log holds each argument cut to 200 characters, a secret masked before the
+    cut, and only what it shows is redacted: a 6 MB argument was redacted whole (seconds
+    a call; the reliability fuzzer's ``ctx_slice`` hang)."""
+    import memstrata.tools.session as tool_session
+
+    seen: list[int] = []
+    real = tool_session.redact
+    monkeypatch.setattr(tool_session, "redact", lambda value: seen.append(len(value)) or
+                        real(value))
+    t = tools(session)
+    secret = "x" * 150 + " sk-proj-" + "A" * 48
+    with pytest.raises(ToolError):
+        t["ctx_slice"]("alpha " * 1_000_000, 0, "alpha " * 1_000_000)
+    assert max(seen) <= tool_session.CLIP_CHARS
+    logged = session.log.calls[-1].args
+    assert all(len(v) <= 200 for v in (logged["ref"], logged["end"]))
+    t["mem_search"](secret)
+    shown = session.log.calls[-1].args["query"]
+    assert "[REDACTED]" in shown and "AAAA" not in shown
+
+
 def test_mem_get_cuts_every_stored_field(session: ToolSession) -> None:
     """A stored field of any size (metadata, a source turn id) comes back short."""
     store = session.binding.store
