@@ -116,7 +116,7 @@ def _context_refs(session, keys: list[str] | None) -> dict:
     for key in keys:
         if key not in available:
             raise NotFound(f"memstrata: no blob {key!r} for user {session.user_id!r}; "
-                             f"blobs: {', '.join(available) or 'none'}")
+                           f"blobs: {', '.join(available) or 'none'}")
         name = re.sub(r"\W", "_", key)
         refs[name if name[:1].isalpha() else f"blob_{name}"] = session.ref(key)
     return refs
