@@ -185,11 +185,12 @@ def _import(args: argparse.Namespace, path: str) -> dict[str, int]:
     try:
         if args.format is None:
             args.format = sniff_format(path)
+        # Read (and validated) before the store is opened: a refused file creates none.
+        records = None if args.format == "export" else read_records(path, args.format)
         with _open(args, must_exist=False, lm=args.lm) as memory:
-            if args.format == "export":
+            if records is None:
                 counts = memory.import_(path, user_id=args.user)
             else:
-                records = read_records(path, args.format)
                 total = sum(len(s.messages) for r in records for s in r.sessions)
                 with tqdm(total=total, unit="turn", desc="import",
                           disable=args.quiet or not total) as bar:

@@ -307,3 +307,16 @@ def test_the_parser_is_built_without_the_model_stack() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_a_refused_import_creates_no_store(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The file is read and checked before the store is opened: a malformed file (or one
+    of another format than --format names) leaves no new, empty store behind."""
+    bad = tmp_path / "chat.json"
+    bad.write_text('[{"role": "user", "content": "hi"}, {"content": "no speaker"}]')
+    db = tmp_path / "new.db"
+    for fmt in ("messages", "chatgpt", "locomo"):
+        assert _cli("import", str(bad), "--format", fmt, "--user", "u", "--db", str(db)) == 2
+        assert str(bad) in capsys.readouterr().err
+        assert not db.exists(), fmt
