@@ -28,6 +28,7 @@ exported) import as they are.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,9 @@ def _read(path: Path) -> tuple[str, dict[str, list[tuple[int, dict[str, Any]]]]]
                                         f"not a {FORMAT} file of version "
                                         f"{' or '.join(map(str, READS))}")
             source = row.get("user_id")
+            if not isinstance(source, str) or not source.strip():
+                raise ImportFormatError(str(path), f"line {n}", "the header's user_id is "
+                                        "not a tenant id (a non-empty string)")
         elif kind in groups:
             groups[kind].append((n, row))
         else:
@@ -166,16 +170,49 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class ExportFile:
+    """A memstrata export read and checked line by line (:func:`read_export`), not yet
+    written: each row validated and bound to ``user_id``, with its line number."""
+
+    path: str
+    user_id: str
+    conversations: list[tuple[int, Conversation]]
+    sessions: list[tuple[int, Session]]
+    turns: list[tuple[int, Turn]]
+    items: list[tuple[int, Any]]
+    edges: list[tuple[int, Edge]]
+    blobs: list[tuple[int, dict[str, Any]]]
+    blob_times: dict[int, datetime | None]
+    versions: list[tuple[int, dict[str, Any]]]
+    runs: list[tuple[int, RunRecord]]
+    steps: list[tuple[int, StepRecord]]
+    events: list[tuple[int, dict[str, Any]]]
+    jobs: list[tuple[int, Job]]
+
+
 def import_tenant(store: MemoryStore, path: Path, user_id: str | None = None) -> dict[str, int]:
-    """Write an export back (into ``user_id``, default the exported tenant).
+    """Write an export back (into ``user_id``, default the exported tenant):
+    :func:`write_export` of :func:`read_export`.
 
     Raises:
         ImportFormatError: a line is not valid, or an id already exists in the store;
             nothing is written.
     """
+    return write_export(store, read_export(path, user_id))
+
+
+def read_export(path: Path, user_id: str | None = None) -> ExportFile:
+    """Read and check every line of an export without a store (into ``user_id``, default
+    the exported tenant), so a refused file is refused before any store is opened.
+
+    Raises:
+        ImportFormatError: a line is not valid (the file and line named).
+    """
     source, groups = _read(path)
     user = user_id or source
     where = str(path)
+
     def build(kind: str, make: Any) -> list[tuple[int, Any]]:
         out = []
         for n, r in groups[kind]:
@@ -226,6 +263,21 @@ def import_tenant(store: MemoryStore, path: Path, user_id: str | None = None) ->
                 and all(isinstance(v.get(k), str | None) for k in ("recorded_at", "valid_to"))):
             raise ImportFormatError(where, f"line {n}", "a version needs node_id, version, "
                                     "event, snapshot, recorded_at and valid_to")
+    return ExportFile(where, user, convs, sessions, turns, items, edges, groups["blob"],
+                      blob_times, groups["version"], runs, steps, groups["event"], jobs)
+
+
+def write_export(store: MemoryStore, export: ExportFile) -> dict[str, int]:
+    """Write a read export into ``store`` in one transaction; returns counts per line type.
+
+    Raises:
+        ImportFormatError: a turn, item, run or job id of the file already exists in the
+            store; nothing is written.
+    """
+    where, user = export.path, export.user_id
+    convs, sessions, turns, items = export.conversations, export.sessions, export.turns, \
+        export.items
+    edges, runs, steps, jobs = export.edges, export.runs, export.steps, export.jobs
     for n, node in [*turns, *items]:
         if store.owner(node.id) is not None:
             raise ImportFormatError(where, f"line {n}", f"id {node.id!r} already exists in "
@@ -254,10 +306,10 @@ def import_tenant(store: MemoryStore, path: Path, user_id: str | None = None) ->
         if strategies and store.embedder is not None:  # as the bank embeds them
             embed_strategies(store, user, store.embedder, strategies)
         store.add_edges(e for _, e in edges)
-        for n, blob in groups["blob"]:
+        for n, blob in export.blobs:
             store.blobs.put(user, blob["key"], blob["text"], blob.get("metadata") or {},
-                            recorded_at=blob_times[n])
-        store.restore_versions(user, (v for _, v in groups["version"]))
+                            recorded_at=export.blob_times[n])
+        store.restore_versions(user, (v for _, v in export.versions))
         for _, record in runs:
             store.runs.start(record)
         by_run: dict[str, list[StepRecord]] = {}
@@ -265,9 +317,9 @@ def import_tenant(store: MemoryStore, path: Path, user_id: str | None = None) ->
             by_run.setdefault(step.run_id, []).append(step)
         for run_id, its_steps in by_run.items():
             store.runs.add_steps(run_id, its_steps)
-        store.runs.restore_events(user, [e for _, e in groups["event"]])
+        store.runs.restore_events(user, [e for _, e in export.events])
         store.jobs.restore(user, [j for _, j in jobs])
     return {"conversations": len(convs), "sessions": len(sessions), "turns": len(turns),
-            "items": len(items), "edges": len(edges), "blobs": len(groups["blob"]),
-            "versions": len(groups["version"]), "runs": len(runs), "steps": len(steps),
-            "events": len(groups["event"]), "jobs": len(jobs)}
+            "items": len(items), "edges": len(edges), "blobs": len(export.blobs),
+            "versions": len(export.versions), "runs": len(runs), "steps": len(steps),
+            "events": len(export.events), "jobs": len(jobs)}

@@ -72,6 +72,7 @@ from memstrata.worker import (
 if TYPE_CHECKING:
     import dspy
 
+    from memstrata.formats.dump import ExportFile
     from memstrata.memory.cognitive import ReadReport
     from memstrata.memory.reembed import ReembedReport
     from memstrata.packers.memory_context import ContextSettings, MemoryContext
@@ -1231,21 +1232,36 @@ class Memory:
         with self._lock:
             return export_tenant(self.store, user_id, _file_path("path", path))
 
-    def import_(self, path: str | Path, *, user_id: str | None = None) -> dict[str, int]:
+    def import_(self, path: str | Path | ExportFile, *,
+                user_id: str | None = None) -> dict[str, int]:
         """Read a file written by :meth:`export` (into ``user_id``, or the tenant it was
         exported from), all or nothing, ids and record times (``updated_at`` too) as the
         file holds them. Returns counts of what was written per line type. No LLM call.
 
+        ``path`` may also be the file already read by
+        :func:`memstrata.formats.dump.read_export` (which checks every line without a
+        store: the CLI reads a file before it opens one); it was bound to its tenant
+        then, so ``user_id`` must be None or that tenant.
+
         Raises:
-            ImportFormatError: a line that is not valid (the file and line named).
+            ImportFormatError: a line that is not valid (the file and line named), or an
+                id the store already holds.
             ValueError: a bad ``user_id``.
         """
-        from memstrata.formats.dump import import_tenant
+        from memstrata.formats.dump import ExportFile, read_export, write_export
 
         if user_id is not None:
             _check_id("user_id", user_id)
+        if isinstance(path, ExportFile):
+            if user_id not in (None, path.user_id):
+                raise ValueError(f"user_id: {user_id!r}, but the export was read into "
+                                 f"{path.user_id!r}")
+            export = path
+        else:
+            export = read_export(_file_path("path", path), user_id)
+        _check_id("user_id", export.user_id)
         with self._lock:
-            return import_tenant(self.store, _file_path("path", path), user_id)
+            return write_export(self.store, export)
 
     def reembed(self, *, user_id: str,
                 progress: Callable[[int], object] | None = None) -> ReembedReport:

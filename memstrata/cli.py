@@ -877,6 +877,12 @@ def main(argv: list[str] | None = None) -> int:
     from memstrata.bench.locomo import LoCoMoError
 
     try:
+        if isinstance(getattr(args, "user", None), str):
+            # Memory's rule for a user_id, before a command opens (and so perhaps
+            # creates) a store: a blank --user made an empty store, then was refused.
+            from memstrata.api import _check_id
+
+            _check_id("--user", args.user)
         with warnings.catch_warnings():
             warnings.showwarning = partial(_show_warning, warnings.showwarning)
             return int(args.func(args) or 0)

@@ -8,6 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from memstrata.cli_support import (
@@ -17,24 +20,51 @@ from memstrata.cli_support import (
     stdin_as_file,
     stdout_as_file,
 )
-from memstrata.memory.store.opener import describe, store_missing
+from memstrata.memory.paths import SQLITE_SIDE_FILES
+from memstrata.memory.store.opener import describe, sqlite_path, store_missing
 
 FORMATS = ("messages", "locomo", "longmemeval", "chatgpt", "claude")
 
 
-def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None) -> Any:
+@contextmanager
+def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None
+          ) -> Iterator[Any]:
+    """The command's ``Memory``, closed at the end. A store this command created is
+    removed again when the command fails with nothing stored in it (a refused ``add`` or
+    ``import`` into a new ``--db`` left an empty store behind)."""
     from memstrata import Memory
     from memstrata.cli_support import opener_embedder
 
-    if must_exist and store_missing(args.db):
+    new = store_missing(args.db)
+    if must_exist and new:
         raise no_store(args.db)
     # A command with --embedder writes (or re-embeds) with the model it names; without,
     # with the model that embedded the store.
     embedder = opener_embedder(True, getattr(args, "embedder", None))
     # One command, one process: extraction runs in it (a background job would be left
     # for a worker when the command exits).
-    return Memory.open(args.db, lm=lm, durability=getattr(args, "durability", "normal"),
-                       extraction="sync", embedder=embedder)
+    memory = Memory.open(args.db, lm=lm, durability=getattr(args, "durability", "normal"),
+                         extraction="sync", embedder=embedder)
+    try:
+        yield memory
+    except BaseException:
+        empty = new and _holds_nothing(memory)
+        memory.close()
+        if empty:
+            path = Path(sqlite_path(args.db))
+            for name in (path.name, *(path.name + side for side in SQLITE_SIDE_FILES)):
+                path.with_name(name).unlink(missing_ok=True)
+        raise
+    memory.close()
+
+
+def _holds_nothing(memory: Any) -> bool:
+    """Whether no row of any tenant is in the store (so removing its file loses nothing,
+    whoever else may have opened it since); False when that cannot be read."""
+    try:
+        return not any(memory.store.counts().values())
+    except Exception:  # a store that cannot be read is kept for the user to look at
+        return False
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -180,16 +210,18 @@ def _import(args: argparse.Namespace, path: str) -> dict[str, int]:
     from tqdm import tqdm
 
     from memstrata.formats import ImportFormatError
+    from memstrata.formats.dump import read_export
     from memstrata.formats.sniff import sniff_format
 
     try:
         if args.format is None:
             args.format = sniff_format(path)
         # Read (and validated) before the store is opened: a refused file creates none.
-        records = None if args.format == "export" else read_records(path, args.format)
+        export = read_export(Path(path), args.user) if args.format == "export" else None
+        records = read_records(path, args.format) if export is None else []
         with _open(args, must_exist=False, lm=args.lm) as memory:
-            if records is None:
-                counts = memory.import_(path, user_id=args.user)
+            if export is not None:
+                counts = memory.import_(export)
             else:
                 total = sum(len(s.messages) for r in records for s in r.sessions)
                 with tqdm(total=total, unit="turn", desc="import",

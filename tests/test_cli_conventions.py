@@ -75,7 +75,7 @@ def test_usage_errors_exit_2_and_what_is_missing_exits_1(
     assert _cli("get", "", "--db", db) == 2
     assert "id" in _one_line(capsys)
     assert _cli("add", "--user", "", "--db", db, "hi") == 2
-    assert "user_id" in _one_line(capsys)
+    assert "--user" in _one_line(capsys)
     assert _cli("get", "t_nonesuch", "--db", db) == 1
     assert "no memory" in _one_line(capsys)
     assert _cli("delete", "t_nonesuch", "--db", db) == 1
@@ -320,3 +320,42 @@ def test_a_refused_import_creates_no_store(tmp_path: Path,
         assert _cli("import", str(bad), "--format", fmt, "--user", "u", "--db", str(db)) == 2
         assert str(bad) in capsys.readouterr().err
         assert not db.exists(), fmt
+    export = tmp_path / "export.jsonl"  # a memstrata export whose second line is refused
+    export.write_text('{"type": "header", "format": "memstrata-export", "version": 2, '
+                      '"user_id": "u"}\n{"type": "turn", "id": 7}\n')
+    for fmt in ("export", None):
+        assert _cli("import", str(export), *(("--format", fmt) if fmt else ()),
+                    "--user", "u", "--db", str(db)) == 2
+        assert f"{export}: line 2" in capsys.readouterr().err
+        assert not db.exists(), fmt
+
+
+@pytest.mark.parametrize("user", ["", "   ", "x" * 257, "a\x00b"])
+def test_a_bad_user_is_refused_before_a_store_is_made(
+        tmp_path: Path, user: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--user`` is checked by Memory's rule for a user_id before a command runs: ``add``
+    with a blank one created the store, then refused the id; ``search`` said nothing was
+    stored for it and exited 0."""
+    db = tmp_path / "new.db"
+    for command in (["add", "hi"], ["search", "hi"], ["import", str(tmp_path / "f.json")],
+                    ["export", str(tmp_path / "out.jsonl")]):
+        assert _cli(*command, "--user", user, "--db", str(db)) == 2
+        assert "--user must be a non-empty string" in _one_line(capsys) or "\x00" in user
+        assert not db.exists(), command
+
+
+def test_a_refused_add_leaves_no_new_store_and_keeps_an_old_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A store the command created is removed when the command is refused with nothing
+    stored (a bad timestamp, session or content part was refused after the open); a store
+    that was there stays, with its rows."""
+    db = tmp_path / "new.db"
+    for bad in (["--timestamp", "notatime"], ["--session", "  "]):
+        assert _cli("add", "hi", "--user", "u", "--db", str(db), *bad) == 2
+        _one_line(capsys)
+        assert list(tmp_path.iterdir()) == [], bad
+    assert _cli("add", "hi", "--user", "u", "--db", str(db)) == 0
+    assert _cli("add", "hi", "--user", "u", "--db", str(db), "--timestamp", "x") == 2
+    assert db.exists()
+    with Memory.open(db, embedder=None) as m:
+        assert [t.text for t in m.store.turns("u")] == ["hi"]

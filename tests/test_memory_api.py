@@ -346,6 +346,26 @@ def test_export_import_round_trip(tmp_path) -> None:
         m.import_(tmp_path / "u.jsonl")
 
 
+def test_an_export_read_first_imports_into_its_tenant(tmp_path) -> None:
+    """``read_export`` checks a file without a store (the CLI reads before it opens one);
+    ``import_`` then writes what was read, into the tenant it was read for only."""
+    from memstrata.formats.dump import read_export
+
+    m = Memory.open(tmp_path / "a.db", embedder=None)
+    m.add("I keep bees in the garden", user_id="u", infer=False)
+    m.export("u", tmp_path / "u.jsonl")
+    read = read_export(tmp_path / "u.jsonl", "v")
+    fresh = Memory.open(tmp_path / "b.db", embedder=None)
+    with pytest.raises(ValueError, match="read into 'v'"):
+        fresh.import_(read, user_id="w")
+    assert fresh.import_(read, user_id="v")["turns"] == 1
+    assert [h.text for h in fresh.search("bees", user_id="v")] == ["I keep bees in the garden"]
+    header = '{"type": "header", "format": "memstrata-export", "version": 2, "user_id": 3}'
+    (tmp_path / "odd.jsonl").write_text(header + "\n")
+    with pytest.raises(ImportFormatError, match="line 1: the header's user_id"):
+        read_export(tmp_path / "odd.jsonl")
+
+
 def test_messages_without_text_are_skipped(tmp_path) -> None:
     # An OpenAI transcript as an agent keeps it: the assistant's tool call has no text.
     chat = [{"role": "user", "content": "Book me a flight to Rome"},

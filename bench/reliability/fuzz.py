@@ -325,6 +325,16 @@ def judge_place(output: str, work: Path) -> tuple[str, str, str] | None:
     return None
 
 
+def judge_new_store(outcome: Outcome, work: Path) -> tuple[str, str, str] | None:
+    """A refused command (non-zero exit) left the new store its ``--db`` named behind
+    (``out/new.db``, removed after every case): nothing was stored, yet a file appeared."""
+    code = outcome.value if outcome.error is None else getattr(outcome.error, "code", 1)
+    new = work / "out" / "new.db"
+    if code not in (0, None) and new.exists():
+        return "crashes", "a refused command left a new store", f"{new.stat().st_size} bytes"
+    return None
+
+
 def judge_cli(outcome: Outcome, out: str, err: str, *, secrets: list[str],
               argv: list[str], tenant_bound: bool) -> tuple[str, str, str] | None:
     """A command's outcome: exit 0, or non-zero with one line on stderr (argparse's usage
@@ -965,8 +975,9 @@ def hostile_cli(ctx: Context) -> Scenario:
     def body(data: Any) -> None:
         argv, stdin, bound = _cli_argv(data, s, str(tenants.path), files, ctx.work)
         outcome, out, err = run_cli(argv, stdin)
-        verdict = judge_cli(outcome, out, err, secrets=tenants.secrets, argv=argv,
-                            tenant_bound=bound) or judge_place(out + err, ctx.work)
+        verdict = (judge_cli(outcome, out, err, secrets=tenants.secrets, argv=argv,
+                             tenant_bound=bound) or judge_place(out + err, ctx.work)
+                   or judge_new_store(outcome, ctx.work))
         target = argv[0] if argv and argv[0] in CLI_COMMANDS else "random"
         _record(result, tally, target, outcome, verdict, argv)
         for stray in (ctx.work / "out").glob("new.db*"):

@@ -116,14 +116,17 @@ class PgConnection(EmbedderSetting):
 
         Raises:
             PgStoreError: the server cannot be reached, refuses the login, the URL is not
-                one, the schema cannot be created or holds another program's tables under
-                memstrata's names, or row-level security would not bind the role; nothing
-                is written and nothing is left open.
+                one, the search_path names no schema that exists, the schema cannot be
+                created or holds another program's tables under memstrata's names, or
+                row-level security would not bind the role; nothing is written and nothing
+                is left open.
             RuntimeError: the database was written by a newer memstrata.
         """
         where = redacted(url)
         direct = _connect(url, connect_timeout)
         try:
+            if why := no_schema(direct):
+                raise PgStoreError(where, why)
             if why := pgschema.foreign(direct):  # checked before anything is written
                 raise PgStoreError(where, foreign_fault(direct, why))
             with direct.transaction():  # all or nothing: a refusal below rolls it back
@@ -317,14 +320,28 @@ def recorded_versions(url: str) -> list[int]:
     Reads as the URL's role; writes nothing.
 
     Raises:
-        PgStoreError: see :func:`_connect`.
+        PgStoreError: see :func:`_connect`; or the URL's search_path names no schema that
+            exists, or the schema holds another program's tables under memstrata's names.
     """
     with _connect(url) as conn:
+        if why := no_schema(conn):
+            raise PgStoreError(redacted(url), why)
         if why := pgschema.foreign(conn):
             raise PgStoreError(redacted(url), foreign_fault(conn, why))
         if conn.execute("SELECT to_regclass('schema_migrations')").fetchone()[0] is None:
             return []
         return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
+
+
+def no_schema(conn: Any) -> str | None:
+    """Why the connection has no schema to create tables in (its search_path names none
+    that exists: a ``CREATE SCHEMA`` skipped, a misspelt name), or None."""
+    if conn.execute("SELECT current_schema()").fetchone()[0] is not None:
+        return None
+    path = conn.execute("SHOW search_path").fetchone()[0]
+    return (f"no schema to create the tables in: the search_path ({path}) names none that "
+            "exists in this database (CREATE SCHEMA it first, or fix the name in the URL's "
+            "options)")
 
 
 def foreign_fault(conn: Any, why: str) -> str:

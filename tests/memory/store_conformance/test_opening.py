@@ -162,6 +162,24 @@ def test_another_programs_tables_under_memstratas_names_are_refused(
 
 
 @pytest.mark.postgres
+def test_a_search_path_naming_no_schema_is_refused_with_the_way_out(
+        pg_db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A URL whose search_path names a schema not created yet (it was the server's "no
+    schema has been selected to create in"): the open and ``migrate --check`` name the
+    search_path and say to create it; nothing is made."""
+    from memstrata.memory.store.pg.connection import PgStoreError
+
+    before = _tables(pg_db_url)
+    url = f"{pg_db_url}{'&' if '?' in pg_db_url else '?'}options=-csearch_path%3Dmemstrat"
+    with pytest.raises(PgStoreError, match=r"the search_path \(memstrat\) names none that "
+                       "exists.*CREATE SCHEMA"):
+        Memory.open(url, embedder=None)
+    assert main(["migrate", "--db", url, "--check"]) == 2
+    assert "names none that exists" in capsys.readouterr().err
+    assert _tables(pg_db_url) == before
+
+
+@pytest.mark.postgres
 def test_other_tables_may_share_the_database(pg_db_url: str) -> None:
     import psycopg
 
