@@ -1,6 +1,8 @@
 """The data exports of chat apps: ChatGPT's and Claude's ``conversations.json``.
 
-What a user downloads from the app ("Export data") is a JSON array of conversations;
+What a user downloads from the app ("Export data") is a zip holding
+``conversations.json`` (either is read: :func:`~memstrata.formats.messages.read_text`), a
+JSON array of conversations;
 each becomes one :class:`ConversationRecord` (its id the app's, its title kept) with one
 session that starts at the conversation's creation time. Messages go through
 :func:`~memstrata.formats.records.to_message`, so the store's rules apply as for

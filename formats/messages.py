@@ -18,9 +18,11 @@ Records in errors are 1-based: ``line 7`` for JSONL, ``message 3`` for an array.
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,11 +33,23 @@ from .records import ConversationRecord, ImportFormatError, Message, SessionReco
 DEFAULT_ID = "default"
 
 
+ARCHIVE_MEMBER = "conversations.json"
+"""What :func:`read_text` reads from a zip archive: the file a chat app's data export
+(ChatGPT's, Claude's: a zip as downloaded) holds its conversations in."""
+MAX_MEMBER_BYTES = 4 * 1024**3
+"""The most bytes read out of an archive (a file that unpacks to more is refused, as an
+archive built to unpack without end would be)."""
+
+
 def read_text(path: str | Path) -> str:
-    """The whole file as UTF-8 text (a leading BOM is dropped).
+    """The whole file as UTF-8 text (a leading BOM is dropped). A zip archive (a chat
+    app's data export as downloaded) gives its :data:`ARCHIVE_MEMBER`, at its top or in
+    one folder.
 
     Raises:
-        ImportFormatError: the file is missing or unreadable, or not UTF-8 (names the line).
+        ImportFormatError: the file is missing or unreadable, or not UTF-8 (names the
+            line), or an archive that is damaged or holds no (or several)
+            :data:`ARCHIVE_MEMBER`.
     """
     try:
         data = Path(path).read_bytes()
@@ -45,12 +59,40 @@ def read_text(path: str | Path) -> str:
                 "its path" if len(scheme) > 1 else "")  # one letter: a Windows drive
         raise ImportFormatError(str(path), "file", f"cannot read ({exc.strerror or exc})"
                                 + hint) from None
+    if data[:4] == b"PK\x03\x04":
+        data = _archive_member(str(path), data)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         raise ImportFormatError(str(path), f"line {line}",
                                 f"not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
+def _archive_member(where: str, data: bytes) -> bytes:
+    """The bytes of a zip archive's :data:`ARCHIVE_MEMBER` (see :func:`read_text`)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            found = [name for name in archive.namelist()
+                     if PurePosixPath(name).name == ARCHIVE_MEMBER
+                     and len(PurePosixPath(name).parts) <= 2]
+            if len(found) != 1:
+                why = ("holds no" if not found else f"holds {len(found)} files named") + \
+                    f" {ARCHIVE_MEMBER} (at its top or in one folder)"
+                raise ImportFormatError(where, "archive", f"a zip archive that {why}: "
+                                        "memstrata reads a chat app's data export as "
+                                        "downloaded; for another archive, unzip it and give "
+                                        "the file")
+            with archive.open(found[0]) as member:
+                out = member.read(MAX_MEMBER_BYTES + 1)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError,
+            OSError, RuntimeError) as exc:  # RuntimeError: an encrypted member
+        raise ImportFormatError(where, "archive", f"a damaged or unreadable zip archive "
+                                f"({type(exc).__name__}: {exc})") from None
+    if len(out) > MAX_MEMBER_BYTES:
+        raise ImportFormatError(where, f"archive's {found[0]}", "unpacks to more than "
+                                f"{MAX_MEMBER_BYTES // 1024**3} GiB")
+    return out
 
 
 def load_json(path: str | Path, text: str, record: str | None = None) -> Any:

@@ -175,17 +175,17 @@ def read_records(path: str, fmt: str) -> list[Any]:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    """Import conversations from a file into one user, all or nothing: a documented
-    messages JSON/JSONL file, LoCoMo JSON, LongMemEval JSON (each haystack its own
-    conversation), ChatGPT's or Claude's conversations.json (the app's data export: each
-    conversation as the app shows it), or a memstrata export; --format names it, or it
-    is told apart by the file's content. A conversation the user already has (the same
-    id: 'default' when the file names none, as for 'add') keeps its turns and gets the
-    file's appended, less the messages it already holds (add's rule: importing a file
-    again, or a newer export, adds only what is new); --replace deletes its turns
-    first. No facts are extracted unless --lm is given. FILE '-' reads stdin. Said once
-    the import is done (a refused file's stderr is its one error line): a file without
-    messages, the messages not stored and those already stored."""
+    """Import conversations from a file into one user, all or nothing: a documented messages
+    JSON/JSONL file, LoCoMo JSON, LongMemEval JSON (each haystack its own conversation),
+    ChatGPT's or Claude's conversations.json (the app's data export, or its zip as
+    downloaded: each conversation as the app shows it), or a memstrata export; --format
+    names it, or it is told apart by the file's content. A conversation the user already has
+    (the same id: 'default' when the file names none, as for 'add') keeps its turns and gets
+    the file's appended, less the messages it already holds (add's rule: importing a file
+    again, or a newer export, adds only what is new); --replace deletes its turns first. No
+    facts are extracted unless --lm is given. FILE '-' reads stdin. Said once the import is
+    done (a refused file's stderr is its one error line): a file without messages, the
+    messages not stored and those already stored."""
     with stdin_as_file(args.file) as path:
         counts = _import(args, path)
     if args.format != "export" and not any(counts.get(k) for k in ("turns", "skipped",

@@ -35,6 +35,7 @@ import threading
 import time
 import traceback
 import typing
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -778,9 +779,19 @@ def api_calls(s: dict[str, Any], files: list[Path]
 _EXPORT = b'{"type": "header", "format": "memstrata-export", "version": 1, "user_id": "x"}\n'
 
 
+def _zipped(members: dict[str, bytes]) -> bytes:
+    """A zip archive of ``members`` (name: bytes), deflated."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
 def hostile_files(folder: Path) -> list[Path]:
     """Files an import may be handed: binary junk, invalid UTF-8, deep JSON, huge lines,
-    wrong shapes, and a directory."""
+    wrong shapes, malformed chat exports (as JSON and as the apps' zips), and a
+    directory."""
     folder.mkdir(parents=True, exist_ok=True)
     contents: dict[str, bytes] = {
         "empty.json": b"",
@@ -818,6 +829,14 @@ def hostile_files(folder: Path) -> list[Path]:
         "claude_odd.json": b'[{"uuid": "k", "chat_messages": [{"sender": "human", "content":'
                            b' [{"type": "zzz"}]}, 5, {"sender": "", "text": 3}]}]',
     }
+    # The apps' exports as downloaded are zips: one holding a malformed export, one
+    # without conversations.json, one with two, one cut short.
+    contents["chatgpt_export.zip"] = _zipped({"chat.html": b"<html></html>",
+                                              "conversations.json": contents["chatgpt_odd.json"]})
+    contents["no_conversations.zip"] = _zipped({"user.json": b"{}"})
+    contents["two_conversations.zip"] = _zipped({"a/conversations.json": b"[]",
+                                                 "b/conversations.json": b"[]"})
+    contents["cut.zip"] = contents["chatgpt_export.zip"][:60]
     paths = []
     for name, data in contents.items():
         path = folder / name

@@ -183,3 +183,44 @@ def test_the_wrong_app_is_refused_naming_what_was_found(tmp_path: Path) -> None:
     with pytest.raises(ImportFormatError, match=r"\(ChatGPT\); found an array of objects "
                        r"with keys uuid, name"):
         read_chat_export(path, "chatgpt")
+
+
+def test_a_zip_as_downloaded_is_read_through_its_conversations_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The apps hand out a zip ("Export data"): its conversations.json, at the top (ChatGPT,
+    Claude) or in one folder, is read as the file itself; stdin too. An archive without it,
+    with two, or damaged is refused by name, and no store is made."""
+    import zipfile
+
+    from tests.test_cli_conventions import _cli
+
+    def archive(name: str, members: dict[str, str]) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
+            for member, text in members.items():
+                out.writestr(member, text)
+        return path
+
+    chatgpt = archive("chatgpt.zip", {"chat.html": "<html></html>", "user.json": "{}",
+                                      "conversations.json": json.dumps(CHATGPT)})
+    claude = archive("claude.zip", {"export/users.json": "[]",
+                                    "export/conversations.json": json.dumps(CLAUDE)})
+    assert sniff_format(chatgpt) == "chatgpt" and sniff_format(claude) == "claude"
+    assert [r.id for r in read_chat_export(chatgpt)] == ["c-trip"]
+    db = str(tmp_path / "m.db")
+    assert _cli("import", str(claude), "--user", "ana", "--db", db, "--quiet") == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "claude"
+    for bad, said in [
+            (archive("none.zip", {"chat.html": "x"}), "holds no conversations.json"),
+            (archive("two.zip", {"a/conversations.json": "[]", "b/conversations.json": "[]"}),
+             "holds 2 files named conversations.json"),
+            (archive("deep.zip", {"a/b/conversations.json": "[]"}), "holds no"),
+            ]:
+        with pytest.raises(ImportFormatError, match=said):
+            sniff_format(bad)
+    damaged = tmp_path / "damaged.zip"
+    damaged.write_bytes(chatgpt.read_bytes()[:200])
+    new = tmp_path / "new.db"
+    assert _cli("import", str(damaged), "--user", "ana", "--db", str(new)) == 2
+    assert "damaged or unreadable zip archive" in capsys.readouterr().err
+    assert not new.exists()
