@@ -285,7 +285,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
                             for s in store.runs.steps(args.user, args.run_id)]
             print(json.dumps(doc, indent=2, ensure_ascii=False))
         else:
-            for run in store.runs.list(args.user, limit=args.limit):
+            runs = store.runs.list(args.user, limit=args.limit)
+            if not runs:
+                whose = f" for user {args.user!r}" if args.user else ""
+                print(f"memstrata: no runs recorded{whose} in {describe(args.db)}",
+                      file=sys.stderr)
+            for run in runs:
                 print(json.dumps({"id": run.id, "user": run.user_id, "program": run.program,
                                   "status": run.status, "started_at": str(run.started_at),
                                   "wall_s": run.wall_s, "task": run.task[:80]}))

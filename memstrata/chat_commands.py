@@ -7,8 +7,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from memstrata.cli_support import no_store
-from memstrata.memory.store.opener import open_store, store_missing
+from memstrata.cli_support import NotFound, no_store
+from memstrata.memory.store.opener import describe, open_store, store_missing
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -170,7 +170,9 @@ def cmd_chat(args: argparse.Namespace, stdin=None, out: TextIO | None = None) ->
 
 
 def cmd_facts(args: argparse.Namespace) -> int:
-    """List, search or delete what the VoE loop has learned about a user."""
+    """List, search or delete what the VoE loop has learned about a user. A user with no
+    facts is said on stderr; --delete prints each fact deleted and names each id that is
+    not one of the user's facts on stderr, exiting 1 when any was not."""
     from memstrata.memory.voe_facts import VoEFacts
 
     if store_missing(args.db):
@@ -178,12 +180,20 @@ def cmd_facts(args: argparse.Namespace) -> int:
     with open_store(args.db) as store:
         facts = VoEFacts(store)
         if args.delete:
+            missing = []
             for fact_id in args.delete:
-                ok = facts.delete(args.user, fact_id)
-                print(json.dumps({"deleted": fact_id} if ok else
-                                 {"error": f"no fact {fact_id!r} for user {args.user!r}"}))
+                if facts.delete(args.user, fact_id):
+                    print(json.dumps({"deleted": fact_id}))
+                else:
+                    missing.append(fact_id)
+            if missing:  # the others are deleted: say which were not there, then exit 1
+                raise NotFound(f"memstrata: no fact {', '.join(map(repr, missing))} for "
+                               f"user {args.user!r}")
             return 0
         rows = facts.facts(args.user)
+        if not rows:
+            print(f"memstrata: no facts learned for user {args.user!r} in {describe(args.db)} "
+                  "(the VoE loop of 'memstrata chat' learns them)", file=sys.stderr)
         shown: Sequence[tuple[FactItem, float | None]]
         if args.search:
             hits = facts.search(rows, [args.search], k=args.limit, min_score=50)

@@ -50,11 +50,16 @@ def test_chat_turns_internals_bad_input_and_memory(tmp_path: Path, scripted: Any
     assert main(["facts", "--user", "ana", "--db", str(db), "--search", "cooking"]) == 0
     assert json.loads(capsys.readouterr().out)["id"] == facts[0]["id"]
     assert main(["facts", "--user", "bob", "--db", str(db)]) == 0
-    assert capsys.readouterr().out == ""  # another user sees nothing
-    assert main(["facts", "--user", "ana", "--db", str(db), "--delete", facts[0]["id"],
-                 "i_nope"]) == 0
-    out = capsys.readouterr().out
-    assert '"deleted"' in out and "no fact 'i_nope'" in out
+    out, err = capsys.readouterr()
+    assert out == "" and "no facts learned for user 'bob'" in err  # another user sees none
+    with pytest.raises(SystemExit) as refused:  # the one found is deleted, the other named
+        main(["facts", "--user", "ana", "--db", str(db), "--delete", facts[0]["id"], "i_nope"])
+    assert refused.value.code == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"deleted": facts[0]["id"]}
+    assert "no fact 'i_nope' for user 'ana'" in err
+    assert main(["facts", "--user", "ana", "--db", str(db)]) == 0
+    assert "no facts learned" in capsys.readouterr().err
 
 
 @pytest.mark.slow

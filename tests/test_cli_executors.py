@@ -47,6 +47,9 @@ def test_rlm_command_shows_steps_and_records_the_run(db: Path, scripted: Any,
     assert main(["runs", "list", "--db", str(db)]) == 0
     listed = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert listed[0]["id"] == run_id and listed[0]["status"] == "ok"
+    assert main(["runs", "list", "--db", str(db), "--user", "nobody"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "no runs recorded for user 'nobody'" in err
     assert main(["runs", "show", run_id, "--user", "conv-1", "--db", str(db)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [s["kind"] for s in shown["steps"]] == ["iteration", "tool", "iteration"]
