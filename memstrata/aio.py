@@ -35,6 +35,7 @@ from memstrata.memory.retrieval import DEFAULT_MIN_SCORE
 if TYPE_CHECKING:
     import dspy
 
+    from memstrata.formats.dump import ExportFile
     from memstrata.formats.records import ConversationRecord
     from memstrata.memory import Filters, Hit
     from memstrata.memory.cognitive import ReadReport
@@ -253,7 +254,7 @@ class AsyncMemory:
         """:meth:`Memory.export <memstrata.api.Memory.export>`."""
         return await _off_loop(self.memory.export, user_id, path)
 
-    async def import_(self, path: str | Path, *, user_id: str | None = None
+    async def import_(self, path: str | Path | ExportFile, *, user_id: str | None = None
                       ) -> dict[str, int]:
         """:meth:`Memory.import_ <memstrata.api.Memory.import_>`."""
         return await _off_loop(functools.partial(self.memory.import_, path, user_id=user_id))
