@@ -15,7 +15,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -196,13 +196,28 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
     return print_report(retrieval_table(doc) if locomo_only else retrieval_markdown(doc), paths)
 
 
-def _iso_datetime(raw: str) -> datetime:
-    try:
-        return datetime.fromisoformat(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not an ISO date or datetime: {raw!r} (e.g. 2026-01-31 or 2026-01-31T12:00)"
-        ) from None
+def _when(edge: str) -> Callable[[str], datetime]:
+    """An argparse type: an ISO date or datetime, or a time phrase said now ("yesterday",
+    "last week", "2024", "in May") read as the ``edge`` (``start`` or ``end``) of the span
+    it names, in UTC."""
+
+    def parse(raw: str) -> datetime:
+        try:
+            return datetime.fromisoformat(raw)
+        except ValueError:
+            pass
+        from memstrata.memory.timeparse import normalise_time
+
+        # A date phrase is a few words: a long value is not parsed (dateparser is slow on one)
+        span = (normalise_time(raw, datetime.now(UTC)) if raw.strip() and len(raw) <= 100
+                else None)
+        if span is None:
+            raise argparse.ArgumentTypeError(
+                f"not a date: {raw!r} (an ISO date or datetime such as 2026-01-31 or "
+                "2026-01-31T12:00, or a phrase such as yesterday, last week or 2024)")
+        return span.start if edge == "start" else span.end
+
+    return parse
 
 
 def _query(raw: str) -> str:
@@ -517,8 +532,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", action="append", help="only this kind ('turn', 'fact', ...)")
     p.add_argument("--speaker", help="only what this speaker said")
     p.add_argument("--conversation", help="only this conversation")
-    p.add_argument("--since", type=_iso_datetime, help="event time from (ISO date)")
-    p.add_argument("--until", type=_iso_datetime, help="event time until (ISO date)")
+    p.add_argument("--since", type=_when("start"), help="event time from: an ISO date, or "
+                   "a phrase such as yesterday or 'last week' (from its start)")
+    p.add_argument("--until", type=_when("end"), help="event time until: an ISO date, or "
+                   "a phrase such as yesterday or 'last week' (to its end)")
     p.add_argument("--no-dense", action="store_true", help="skip the embedding channel")
     p.add_argument("--weights", help='fusion knobs as JSON, e.g. \'{"dense": 0.5}\'')
     add_embedder_arg(p)
@@ -606,8 +623,9 @@ def build_parser() -> argparse.ArgumentParser:
     prune = p.add_argument_group(
         "prune", "delete runs matching every rule given; running runs and runs that a "
         "current item cites as evidence are kept")
-    prune.add_argument("--before", type=_iso_datetime, metavar="DATE",
-                       help="runs started before this ISO date or datetime (UTC if no zone)")
+    prune.add_argument("--before", type=_when("start"), metavar="DATE",
+                       help="runs started before this ISO date or datetime (UTC if no zone), "
+                       "or the start of a phrase's span ('last month')")
     prune.add_argument("--older-than", type=_days, metavar="DAYS",
                        help="runs started more than DAYS days ago")
     prune.add_argument("--keep", type=at_least(0), metavar="N",

@@ -359,3 +359,31 @@ def test_a_refused_add_leaves_no_new_store_and_keeps_an_old_one(
     assert db.exists()
     with Memory.open(db, embedder=None) as m:
         assert [t.text for t in m.store.turns("u")] == ["hi"]
+
+
+def test_since_and_until_take_a_time_phrase(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``--since yesterday`` is the start of yesterday and ``--until 'last week'`` the end
+    of last week, said now (an ISO date still works); a phrase naming no time is a usage
+    error that says what is taken."""
+    from datetime import UTC, datetime, timedelta
+
+    db = str(tmp_path / "m.db")
+    now = datetime.now(UTC)
+    for text, when in (("I planted the tomatoes", now - timedelta(days=30)),
+                       ("I watered the tomatoes", now)):
+        assert _cli("add", text, "--user", "u", "--db", db, "--timestamp",
+                    when.isoformat()) == 0
+    capsys.readouterr()
+
+    def found(*flags: str) -> list[str]:
+        assert _cli("search", "tomatoes", "--user", "u", "--db", db, *flags) == 0
+        return [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()]
+
+    assert found("--since", "yesterday") == ["I watered the tomatoes"]
+    assert found("--until", "last week") == ["I planted the tomatoes"]
+    assert found("--since", (now - timedelta(days=60)).date().isoformat(), "--until",
+                 "yesterday") == ["I planted the tomatoes"]
+    assert _cli("search", "tomatoes", "--user", "u", "--db", db, "--since",
+                "the blue moon") == 2
+    assert "not a date: 'the blue moon'" in capsys.readouterr().err

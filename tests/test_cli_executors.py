@@ -98,5 +98,6 @@ def test_search_takes_iso_dates_and_refuses_others_clearly(
                  "--since", "2000-01-01", "--until", "2100-01-01T00:00"]) == 0
     assert "guinea pig" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        main(["search", "guinea pig", "--user", "conv-1", "--db", str(db), "--since", "May"])
-    assert "not an ISO date" in capsys.readouterr().err
+        main(["search", "guinea pig", "--user", "conv-1", "--db", str(db), "--since",
+              "the blue moon"])
+    assert "not a date: 'the blue moon'" in capsys.readouterr().err

@@ -108,7 +108,7 @@ def test_runs_prune_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize(("extra", "message"), [
     ([], "needs a rule"),
     (["--keep", "x"], "not a whole number"),
-    (["--before", "yesterday"], "not an ISO date"),
+    (["--before", "the blue moon"], "not a date"),
     (["--older-than", "-3"], "not a number of days"),
 ])
 def test_runs_prune_command_refuses_bad_input(tmp_path: Path, extra: list[str], message: str,
