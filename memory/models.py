@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     TypeAdapter,
+    field_serializer,
     model_validator,
 )
 
@@ -398,3 +399,8 @@ class Hit(_Model):
     quote: str | None = None
     """For a text longer than a passage (``passages.PASSAGE_CHARS``): its passage (a code
     block, or a window of paragraphs) holding the most of the query's words."""
+
+    @field_serializer("fused")
+    def _fused(self, fused: float) -> float:
+        # Six decimals, as ``score`` has: a sum of weights printed 2.2399999999999998.
+        return round(fused, 6)

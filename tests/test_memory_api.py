@@ -629,3 +629,14 @@ def test_every_verb_states_its_llm_calls() -> None:
     silent = [name for name, fn in verbs.items()
               if name != "close" and not said.search(inspect.getdoc(fn) or "")]
     assert not silent, f"verbs whose docstring does not state their LLM calls: {silent}"
+
+
+def test_a_hit_prints_its_fused_score_to_six_decimals() -> None:
+    """``fused`` is a sum of channel weights: dumped (the CLI, the REST API) it read
+    2.2399999999999998; the object keeps the exact value the ranking used."""
+    from memstrata.memory.models import Hit
+
+    hit = Hit(id="t_x", node="turn", kind="turn", text="a", score=0.5,
+              fused=2.2399999999999998)
+    assert hit.model_dump()["fused"] == 2.24 and '"fused":2.24,' in hit.model_dump_json()
+    assert hit.fused == 2.2399999999999998
