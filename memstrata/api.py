@@ -845,7 +845,8 @@ class Memory:
     def update(self, id: str, text: str, *, user_id: str | None = None) -> dict[str, Any]:
         """Give a turn or item new text as a new version (the old one is kept, closed by
         ``valid_to``; see :meth:`history`). Returns ``{"id", "memory", "event":
-        "UPDATE", "previous"}``. No LLM call.
+        "UPDATE", "previous"}``, or ``"event": "NONE"`` when ``text`` is the memory's text
+        already (no version is written). No LLM call.
 
         Raises:
             MemoryNotFoundError: no such id for this tenant (a ``KeyError``).
@@ -865,7 +866,8 @@ class Memory:
             else:
                 old = self.store.get(owner, id)
                 self.store.update(owner, id, text=text)
-            return {"id": id, "memory": text, "event": "UPDATE",
+            unchanged = old is not None and old.text == text  # the store wrote nothing
+            return {"id": id, "memory": text, "event": "NONE" if unchanged else "UPDATE",
                     "previous": old.text if old else None}
 
     def delete(self, id: str, *, user_id: str | None = None) -> bool:

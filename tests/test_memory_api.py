@@ -72,6 +72,9 @@ def test_add_search_get_update_history_delete() -> None:
     assert [v.text for v in versions] == ["I moved to Lisbon in May",
                                           "I moved to Porto in June", "I moved to Faro in July"]
     assert [v.event for v in versions] == ["ADD", "UPDATE", "UPDATE"]
+    # The same text again writes no version, and says so (it said UPDATE).
+    assert m.update(first, "I moved to Faro in July")["event"] == "NONE"
+    assert len(m.history(first)) == 3
     assert versions[0].valid_to == versions[1].recorded_at and versions[-1].valid_to is None
     assert m.search("Faro", user_id="u1", k=1)[0].id == first
     assert all("Lisbon" not in h.text for h in m.search("Lisbon", user_id="u1", k=5))

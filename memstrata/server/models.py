@@ -140,11 +140,11 @@ class Deleted(BaseModel):
 
 
 class UpdateEvent(BaseModel):
-    """``Memory.update``'s event."""
+    """``Memory.update``'s event (``NONE``: the text was the memory's already)."""
 
     id: str
     memory: str
-    event: Literal["UPDATE"]
+    event: Literal["UPDATE", "NONE"]
     previous: str | None
 
 
