@@ -73,9 +73,9 @@ def _archive_member(where: str, data: bytes) -> bytes:
     """The bytes of a zip archive's :data:`ARCHIVE_MEMBER` (see :func:`read_text`)."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            found = [name for name in archive.namelist()
-                     if PurePosixPath(name).name == ARCHIVE_MEMBER
-                     and len(PurePosixPath(name).parts) <= 2]
+            found = [info.filename for info in archive.infolist()
+                     if not info.is_dir() and PurePosixPath(info.filename).name ==
+                     ARCHIVE_MEMBER and len(PurePosixPath(info.filename).parts) <= 2]
             if len(found) != 1:
                 why = ("holds no" if not found else f"holds {len(found)} files named") + \
                     f" {ARCHIVE_MEMBER} (at its top or in one folder)"
