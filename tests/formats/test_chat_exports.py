@@ -203,7 +203,7 @@ def test_a_zip_as_downloaded_is_read_through_its_conversations_json(
 
     chatgpt = archive("chatgpt.zip", {"chat.html": "<html></html>", "user.json": "{}",
                                       "conversations.json": json.dumps(CHATGPT)})
-    claude = archive("claude.zip", {"export/users.json": "[]",
+    claude = archive("claude.zip", {"export/users.json": "[]", "conversations.json/": "",
                                     "export/conversations.json": json.dumps(CLAUDE)})
     assert sniff_format(chatgpt) == "chatgpt" and sniff_format(claude) == "claude"
     assert [r.id for r in read_chat_export(chatgpt)] == ["c-trip"]
