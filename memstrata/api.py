@@ -692,7 +692,11 @@ class Memory:
         ``"replaced"``, the turns deleted. No extraction runs (``flush`` extracts
         afterwards). System prompts, tool plumbing and messages without text are
         skipped, as by :meth:`add`. Returns counts of the conversations, sessions and turns
-        written, and ``"skipped"``, the messages not stored, when there are any.
+        written, and, when there are any, ``"skipped"`` (the messages not stored),
+        ``"duplicates"`` (those already stored) and ``"unrecognisable"``: the messages
+        written without a timestamp or a ``metadata["source_id"]`` after turns that are
+        not the record's own start (a conversation that had other turns), which an
+        import of the same record again would store again.
 
         Raises:
             ValueError: a bad ``user_id``, or a record :meth:`add` would refuse (the
@@ -704,7 +708,7 @@ class Memory:
         for record in records:
             _check_record(record)
         counts = {"conversations": 0, "sessions": 0, "turns": 0}
-        replaced = skipped = duplicates = repeated = 0
+        replaced = skipped = duplicates = repeated = blind = 0
         with self._lock, self._scrub(user_id, replace), self.store.transaction():
             for record in records:
                 if replace:
@@ -712,9 +716,10 @@ class Memory:
                 batches = [(session.id, self._storable(session.messages), session.started_at)
                            for session in record.sessions]
                 if not replace:
-                    batches, repeated = _without_repeats(self.store, user_id, record.id,
-                                                         batches)
+                    batches, repeated, unnamed = _without_repeats(self.store, user_id,
+                                                                  record.id, batches)
                     duplicates += repeated
+                    blind += unnamed
                 turns = self._insert(user_id, agent_id, record.id, batches, {}, utcnow())
                 written = sum(map(len, turns))
                 counts["sessions"] += sum(map(bool, turns))
@@ -730,6 +735,8 @@ class Memory:
             counts["skipped"] = skipped
         if duplicates:
             counts["duplicates"] = duplicates
+        if blind:
+            counts["unrecognisable"] = blind
         return {**counts, "replaced": replaced} if replace else counts
 
     # -- reading -----------------------------------------------------------------------
@@ -1412,19 +1419,30 @@ def _check_kinds(name: str, kinds: Iterable[Any]) -> None:
 
 def _without_repeats(store: MemoryStore, user_id: str, conversation_id: str,
                      batches: list[tuple[str, list[Message], datetime | None]]
-                     ) -> tuple[list[tuple[str, list[Message], datetime | None]], int]:
+                     ) -> tuple[list[tuple[str, list[Message], datetime | None]], int, int]:
     """``batches`` without the messages that repeat a turn the conversation holds (the
-    whole record read as one batch of ``add``), and how many those were."""
+    whole record read as one batch of ``add``), how many those were, and how many of
+    the others a later import of the same record could not tell from new ones: with no
+    timestamp and no source id, stored after turns that are not the record's own start
+    (the re-sent-start rule then fails, and nothing else names them)."""
     flat = [m for _, msgs, _ in batches for m in msgs]
-    same = add_rules.repeats(store, user_id, conversation_id, flat) if flat else {}
+    if not flat:
+        return batches, 0, 0
+    same = add_rules.repeats(store, user_id, conversation_id, flat)
+    before = store.turns(user_id, conversation_id=conversation_id, limit=len(flat) + 1)
+    start = next((n for n, turn in enumerate(before)
+                  if n not in same or same[n].id != turn.id), len(before))
+    blind = 0 if start == len(before) else sum(
+        1 for p, m in enumerate(flat) if p not in same and m.timestamp is None
+        and not m.metadata.get("source_id"))
     if not same:
-        return batches, 0
+        return batches, 0, blind
     out, position = [], 0
     for session_id, msgs, started in batches:
         kept = [m for p, m in enumerate(msgs, position) if p not in same]
         position += len(msgs)
         out.append((session_id, kept, started))
-    return out, len(same)
+    return out, len(same), blind
 
 
 def _count(name: str, value: Any, most: int) -> int:

@@ -185,7 +185,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     again, or a newer export, adds only what is new); --replace deletes its turns first. No
     facts are extracted unless --lm is given. FILE '-' reads stdin. Said once the import is
     done (a refused file's stderr is its one error line): a file without messages, the
-    messages not stored and those already stored."""
+    messages not stored, those already stored and those a second import could not
+    recognise."""
     with stdin_as_file(args.file) as path:
         counts = _import(args, path)
     if args.format != "export" and not any(counts.get(k) for k in ("turns", "skipped",
@@ -200,6 +201,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         n = counts["duplicates"]
         print(f"memstrata: {n} message{'s' if n != 1 else ''} already stored (not stored "
               "again)", file=sys.stderr)
+    if counts.get("unrecognisable"):
+        n = counts["unrecognisable"]
+        print(f"memstrata: {n} message{'s' if n != 1 else ''} without a timestamp or id went "
+              "after turns the conversation already had: importing this file again would "
+              "store them again (give the messages timestamps or ids, or a conversation of "
+              "their own)", file=sys.stderr)
     print(json.dumps({"db": describe(args.db), "user_id": args.user, "format": args.format,
                       **counts}))
     return 0

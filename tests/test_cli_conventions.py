@@ -387,3 +387,37 @@ def test_since_and_until_take_a_time_phrase(tmp_path: Path,
     assert _cli("search", "tomatoes", "--user", "u", "--db", db, "--since",
                 "the blue moon") == 2
     assert "not a date: 'the blue moon'" in capsys.readouterr().err
+
+
+def test_an_import_says_which_messages_a_second_import_would_store_again(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Messages without a timestamp or id, imported after turns the conversation already
+    had, cannot be told from new ones the next time: the import counts them
+    (``unrecognisable``) and says so, and a second import does store them again; into a
+    conversation of their own they are recognised, and nothing is said."""
+    db = str(tmp_path / "m.db")
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text('{"role": "user", "content": "I keep bees"}\n'
+                    '{"role": "assistant", "content": "How many hives?"}\n'
+                    '{"role": "user", "content": "Three", "timestamp": "2024-05-01T10:00:00Z"}\n')
+
+    def imported() -> tuple[dict[str, int], str]:
+        assert _cli("import", str(chat), "--user", "u", "--db", db, "--quiet") == 0
+        out, err = capsys.readouterr()
+        return json.loads(out), err
+
+    first, err = imported()  # into "default", which is new: the start rule covers it
+    assert first["turns"] == 3 and "unrecognisable" not in first and "again" not in err
+    again, _ = imported()
+    assert again["turns"] == 0 and again["duplicates"] == 3
+    assert _cli("add", "hello", "--user", "v", "--db", db) == 0
+    capsys.readouterr()
+    chat.write_text(chat.read_text().replace('"content"', '"conversation_id": "default", '
+                                             '"content"'))
+    assert _cli("import", str(chat), "--user", "v", "--db", db, "--quiet") == 0
+    out, err = capsys.readouterr()
+    # Two untimed messages after "hello"; the timed one is recognised by its time.
+    assert json.loads(out)["unrecognisable"] == 2 and "would store them again" in err
+    assert _cli("import", str(chat), "--user", "v", "--db", db, "--quiet") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["turns"], out["duplicates"]) == (2, 1)  # as it said
