@@ -33,7 +33,8 @@ def test_import_appends_to_a_conversation_that_exists_and_replaces_only_when_tol
     m.add("My passport number is in the blue drawer", user_id="zed", infer=False)
     m.add("The spare key is under the mat", user_id="zed", infer=False)
     counts = m.import_conversations([_record("default", "I like tea")], user_id="zed")
-    assert counts == {"conversations": 1, "sessions": 1, "turns": 1}
+    # Untimed, after turns the file did not hold: a second import could not recognise it.
+    assert counts == {"conversations": 1, "sessions": 1, "turns": 1, "unrecognisable": 1}
     texts = [t.text for t in m.store.turns("zed", conversation_id="default")]
     assert texts == ["My passport number is in the blue drawer",
                      "The spare key is under the mat", "I like tea"]

@@ -44,7 +44,7 @@ def test_the_detector_counts_an_import_that_stores_a_file_again(
 
     # The import as it was: every message of the file appended, repeats included.
     monkeypatch.setattr(memstrata.api, "_without_repeats", lambda store, user, conv, batches:
-                        (batches, 0))
+                        (batches, 0, 0))
     result = imports.import_no_loss(Context(work=tmp_path, quick=True, budget_s=120))
     assert result.imports_duplicating >= 1 and result.imports_losing_rows == 0
 
