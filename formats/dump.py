@@ -191,17 +191,6 @@ class ExportFile:
     jobs: list[tuple[int, Job]]
 
 
-def import_tenant(store: MemoryStore, path: Path, user_id: str | None = None) -> dict[str, int]:
-    """Write an export back (into ``user_id``, default the exported tenant):
-    :func:`write_export` of :func:`read_export`.
-
-    Raises:
-        ImportFormatError: a line is not valid, or an id already exists in the store;
-            nothing is written.
-    """
-    return write_export(store, read_export(path, user_id))
-
-
 def read_export(path: Path, user_id: str | None = None) -> ExportFile:
     """Read and check every line of an export without a store (into ``user_id``, default
     the exported tenant), so a refused file is refused before any store is opened.

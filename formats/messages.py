@@ -86,7 +86,9 @@ def _archive_member(where: str, data: bytes) -> bytes:
             with archive.open(found[0]) as member:
                 out = member.read(MAX_MEMBER_BYTES + 1)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError,
-            OSError, RuntimeError) as exc:  # RuntimeError: an encrypted member
+            OSError, RuntimeError) as exc:
+        # NotImplementedError: a compression method zipfile lacks; RuntimeError: an
+        # encrypted member.
         raise ImportFormatError(where, "archive", f"a damaged or unreadable zip archive "
                                 f"({type(exc).__name__}: {exc})") from None
     if len(out) > MAX_MEMBER_BYTES:

@@ -75,20 +75,22 @@ def role_field(message: Message) -> dict[str, str]:
     return {}
 
 
-def repeats(store: MemoryStore, user_id: str, conversation_id: str, messages: list[Message]
-            ) -> dict[int, Turn]:
+def repeats(store: MemoryStore, user_id: str, conversation_id: str, messages: list[Message],
+            start: list[Turn] | None = None) -> dict[int, Turn]:
     """The messages that repeat a turn stored before (see the module), by position, with
     the turn each repeats; a turn is repeated by at most one message.
 
-    Reads at most ``len(messages)`` turns from the conversation's start, the turns
-    whose event time lies between the timestamps of the other timed messages, and the
-    turns named by the other messages' source ids."""
+    Reads at most ``len(messages)`` turns from the conversation's start (``start``: those
+    turns read already, or more), the turns whose event time lies between the
+    timestamps of the other timed messages, and the turns named by the other messages'
+    source ids."""
     out: dict[int, Turn] = {}
-    start = store.turns(user_id, conversation_id=conversation_id, limit=len(messages))
+    if start is None:
+        start = store.turns(user_id, conversation_id=conversation_id, limit=len(messages))
     if not start:  # a new conversation: nothing to repeat
         return out
     n = 0
-    while n < len(start) and _same(messages[n], start[n]):
+    while n < min(len(start), len(messages)) and _same(messages[n], start[n]):
         out[n] = start[n]
         n += 1
     timed = [p for p in range(n, len(messages)) if messages[p].timestamp is not None]

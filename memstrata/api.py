@@ -1428,8 +1428,10 @@ def _without_repeats(store: MemoryStore, user_id: str, conversation_id: str,
     flat = [m for _, msgs, _ in batches for m in msgs]
     if not flat:
         return batches, 0, 0
-    same = add_rules.repeats(store, user_id, conversation_id, flat)
+    # One turn past the record's length: a conversation longer than the record is not
+    # the record's own start, whatever of it the record repeats.
     before = store.turns(user_id, conversation_id=conversation_id, limit=len(flat) + 1)
+    same = add_rules.repeats(store, user_id, conversation_id, flat, before)
     start = next((n for n, turn in enumerate(before)
                   if n not in same or same[n].id != turn.id), len(before))
     blind = 0 if start == len(before) else sum(

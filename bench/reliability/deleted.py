@@ -214,7 +214,7 @@ class Verbs:
 
     def _command(self, trial: Trial, argv: list[str]) -> None:
         outcome, _, err = run_cli(argv)
-        code = outcome.value if outcome.error is None else getattr(outcome.error, "code", 1)
+        code = outcome.exit_code
         if outcome.error is not None and not isinstance(outcome.error, SystemExit):
             trial.refused = _where(outcome.error)
         elif code not in (0, None):

@@ -223,7 +223,7 @@ for n in range(spec["writes"]):
     outcome, out, err = run_cli(argv)
     ids += [json.loads(line)["id"] for line in out.splitlines() if line.startswith("{")]
     verdict = judge_cli(outcome, out, err, secrets=[], argv=argv, tenant_bound=False)
-    code = outcome.value if outcome.error is None else getattr(outcome.error, "code", 1)
+    code = outcome.exit_code
     if verdict or code:
         failed = {"verdict": verdict, "code": str(code), "err": err[-300:]}
         break
@@ -388,7 +388,7 @@ def read_only_trial(path: Path, committed: dict[str, str], out: Path, real: bool
         outcome, stdout, stderr = run_cli(argv, cap_s=CAP_S)
         note(judge_cli(outcome, stdout, stderr, secrets=[], argv=argv, tenant_bound=False),
              " ".join(argv[:1]))
-        code = outcome.value if outcome.error is None else getattr(outcome.error, "code", 1)
+        code = outcome.exit_code
         if argv[0] in ("add", "delete", "forget") and code in (0, None):
             note((None, "a write command succeeded on a read-only store", stdout[:100]),
                  argv[0])

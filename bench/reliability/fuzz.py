@@ -174,6 +174,12 @@ class Outcome:
     seconds: float = 0.0
     timed_out: bool = False
 
+    @property
+    def exit_code(self) -> Any:
+        """A command's exit status: what it returned, or its ``SystemExit``'s code (a
+        message for one that says why), 1 for any other exception."""
+        return self.value if self.error is None else getattr(self.error, "code", 1)
+
 
 def call_capped(fn: Callable[[], Any], cap_s: float) -> Outcome:
     """Run ``fn()`` and capture its outcome; a call running past ``cap_s`` is interrupted
@@ -329,7 +335,7 @@ def judge_place(output: str, work: Path) -> tuple[str, str, str] | None:
 def judge_new_store(outcome: Outcome, work: Path) -> tuple[str, str, str] | None:
     """A refused command (non-zero exit) left the new store its ``--db`` named behind
     (``out/new.db``, removed after every case): nothing was stored, yet a file appeared."""
-    code = outcome.value if outcome.error is None else getattr(outcome.error, "code", 1)
+    code = outcome.exit_code
     new = work / "out" / "new.db"
     if code not in (0, None) and new.exists():
         return "crashes", "a refused command left a new store", f"{new.stat().st_size} bytes"
@@ -348,7 +354,7 @@ def judge_cli(outcome: Outcome, out: str, err: str, *, secrets: list[str],
         return "crashes", "uncaught exception", _where(error)
     if "Traceback (most recent call last)" in err:
         return "crashes", "traceback on stderr", err.strip().splitlines()[-1][:200]
-    code = outcome.value if error is None else error.code
+    code = outcome.exit_code
     if isinstance(code, str):  # SystemExit("memstrata: ...") prints it and exits 1
         err, code = err + code + "\n", 1
     if len(out) + len(err) > MAX_CLI_OUTPUT:

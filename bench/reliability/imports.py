@@ -192,7 +192,7 @@ def command(argv: list[str]) -> str:
     outcome, _, err = run_cli(argv)
     if outcome.error is not None and not isinstance(outcome.error, SystemExit):
         return _where(outcome.error)
-    code = outcome.value if outcome.error is None else outcome.error.code
+    code = outcome.exit_code
     if code in (0, None):
         return ""
     return (str(code) if isinstance(code, str) else err.strip() or f"exit {code}")[:300]
