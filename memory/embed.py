@@ -20,6 +20,7 @@ Vectors are L2-normalised float32: cosine is a dot product.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -70,11 +71,9 @@ class StaticMiniLMEmbedder:
     dim = 256
 
     def __init__(self, path: str | Path = STATIC_MODEL_DIR) -> None:
-        from model2vec import StaticModel
-
         if not (Path(path) / "model.safetensors").exists():
             raise RuntimeError(f"static embedding model missing at {path}; reinstall memstrata")
-        self._model = StaticModel.from_pretrained(str(path))
+        self._model = load_static_model(path)
         _skip_disabled_bars()
         self._fast = WordPieceEncoder(self._model) if WordPieceEncoder.fits(self._model) else None
 
@@ -110,6 +109,39 @@ class StaticModelEmbedder(StaticMiniLMEmbedder):
         super().__init__(path)
         self.name = Path(path).resolve().name
         self.dim = int(self._model.embedding.shape[1])
+
+
+def load_static_model(path: str | Path) -> Any:
+    """The ``model2vec.StaticModel`` in the folder ``path``, equal to
+    ``StaticModel.from_pretrained(path)`` in its vectors, tokenizer and settings.
+
+    A folder in model2vec's own layout (``model.safetensors``, ``tokenizer.json``,
+    ``config.json``) is read here: ``from_pretrained`` imports model2vec's hub and
+    model-card modules (huggingface_hub among them), ~0.13 s of every command's start,
+    for a model that is never fetched. The model card's name and language are not read
+    (nothing here uses them). Any other layout goes through ``from_pretrained``.
+    """
+    from model2vec import StaticModel
+
+    folder = Path(path)
+    files = [folder / name for name in ("model.safetensors", "tokenizer.json", "config.json")]
+    if not all(f.is_file() for f in files):
+        return StaticModel.from_pretrained(str(folder))
+    import safetensors
+    from model2vec.model import DEFAULT_MAX_LENGTH
+    from tokenizers import Tokenizer
+
+    config = json.loads(files[2].read_text(encoding="utf-8"))
+    tensors = safetensors.safe_open(str(files[0]), framework="numpy")
+    names = set(tensors.keys())
+    return StaticModel(
+        vectors=tensors.get_tensor("embeddings"),
+        tokenizer=Tokenizer.from_file(str(files[1])),
+        config=config,
+        normalize=config.get("normalize", False),
+        weights=tensors.get_tensor("weights") if "weights" in names else None,
+        token_mapping=tensors.get_tensor("mapping") if "mapping" in names else None,
+        max_length=config.get("max_length", DEFAULT_MAX_LENGTH))
 
 
 def _is_static_model_dir(path: str | Path) -> bool:

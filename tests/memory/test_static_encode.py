@@ -118,3 +118,38 @@ def test_models_it_cannot_reproduce_are_refused() -> None:
     assert not WordPieceEncoder.fits(object())
     with pytest.raises(ValueError, match="WordPiece"):
         WordPieceEncoder(other)
+
+
+def test_the_shipped_model_loads_as_model2vec_loads_it() -> None:
+    """The embedder's own reader gives the model ``StaticModel.from_pretrained`` gives:
+    the same vectors, tokenizer and settings, so the same vectors for every text (the
+    full pipeline's texts included)."""
+    from model2vec import StaticModel
+
+    from memstrata.memory.embed import STATIC_MODEL_DIR, load_static_model
+
+    mine, theirs = load_static_model(STATIC_MODEL_DIR), StaticModel.from_pretrained(
+        str(STATIC_MODEL_DIR))
+    assert np.array_equal(mine.embedding, theirs.embedding)
+    assert mine.embedding.dtype == theirs.embedding.dtype
+    assert mine.tokenizer.to_str() == theirs.tokenizer.to_str()
+    for name in ("normalize", "max_length", "unk_token_id", "median_token_length", "config",
+                 "tokens"):
+        assert getattr(mine, name) == getattr(theirs, name), name
+    assert mine.weights is None and mine.token_mapping is None
+    texts = TRICKY + _random_texts(20, seed=9)
+    assert np.array_equal(mine.encode(texts, use_multiprocessing=False),
+                          theirs.encode(texts, use_multiprocessing=False))
+
+
+def test_loading_the_embedder_does_not_import_the_hub_client() -> None:
+    """The default embedder loads without model2vec's hub modules (huggingface_hub is
+    ~0.13 s of a command's start, for a model that is never fetched)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from memstrata.memory.embed import default_embedder; "
+            "default_embedder().encode(['x']); print('huggingface_hub' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
