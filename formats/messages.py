@@ -41,10 +41,10 @@ MAX_MEMBER_BYTES = 4 * 1024**3
 archive built to unpack without end would be)."""
 
 
-def read_text(path: str | Path) -> str:
+def read_text(path: str | Path, *, archive: bool = True) -> str:
     """The whole file as UTF-8 text (a leading BOM is dropped). A zip archive (a chat
     app's data export as downloaded) gives its :data:`ARCHIVE_MEMBER`, at its top or in
-    one folder.
+    one folder; with ``archive=False`` (a document, not an export) it is not UTF-8 text.
 
     Raises:
         ImportFormatError: the file is missing or unreadable, or not UTF-8 (names the
@@ -59,7 +59,7 @@ def read_text(path: str | Path) -> str:
                 "its path" if len(scheme) > 1 else "")  # one letter: a Windows drive
         raise ImportFormatError(str(path), "file", f"cannot read ({exc.strerror or exc})"
                                 + hint) from None
-    if data[:4] == b"PK\x03\x04":
+    if archive and data[:4] == b"PK\x03\x04":
         data = _archive_member(str(path), data)
     try:
         return data.decode("utf-8-sig")

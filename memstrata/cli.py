@@ -15,7 +15,6 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -46,7 +45,9 @@ from memstrata.cli_support import (
     one_line,
     opener_embedder,
     print_report,
+    query_arg,
     weights_from_json,
+    when_arg,
 )
 from memstrata.cognitive_commands import add_cognitive_parsers
 from memstrata.compile_commands import add_compile_parsers
@@ -54,6 +55,7 @@ from memstrata.demo_commands import add_demo_parser
 from memstrata.errors import MemstrataWarning
 from memstrata.experiment_commands import add_experiment_parser
 from memstrata.ingest_commands import add_ingest_args, cmd_bench_facts, cmd_ingest, cmd_persona
+from memstrata.layer_commands import add_layer_parsers
 from memstrata.mcp_commands import add_mcp_parser
 from memstrata.memory.retrieval import DEFAULT_MIN_SCORE
 from memstrata.memory.store.opener import describe, open_store, store_missing
@@ -194,36 +196,6 @@ def cmd_bench_retrieval(args: argparse.Namespace) -> int:
     paths = [*write_retrieval_outputs(doc, args.out), write_retrieval_markdown(doc, args.out)]
     locomo_only = doc["benchmark"] == "locomo-retrieval"
     return print_report(retrieval_table(doc) if locomo_only else retrieval_markdown(doc), paths)
-
-
-def _when(edge: str) -> Callable[[str], datetime]:
-    """An argparse type: an ISO date or datetime, or a time phrase said now ("yesterday",
-    "last week", "2024", "in May") read as the ``edge`` (``start`` or ``end``) of the span
-    it names, in UTC."""
-
-    def parse(raw: str) -> datetime:
-        try:
-            return datetime.fromisoformat(raw)
-        except ValueError:
-            pass
-        from memstrata.memory.timeparse import normalise_time
-
-        # A date phrase is a few words: a long value is not parsed (dateparser is slow on one)
-        span = (normalise_time(raw, datetime.now(UTC)) if raw.strip() and len(raw) <= 100
-                else None)
-        if span is None:
-            raise argparse.ArgumentTypeError(
-                f"not a date: {raw!r} (an ISO date or datetime such as 2026-01-31 or "
-                "2026-01-31T12:00, or a phrase such as yesterday, last week or 2024)")
-        return span.start if edge == "start" else span.end
-
-    return parse
-
-
-def _query(raw: str) -> str:
-    if not raw.strip():  # an unset shell variable, most often: say so, not "no hits"
-        raise argparse.ArgumentTypeError("the query is blank")
-    return raw
 
 
 def _unit_interval(raw: str) -> float:
@@ -521,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("search", help="hybrid search over one tenant's memory",
                        description=cmd_search.__doc__)
-    p.add_argument("query", type=_query, help="what to look for, in words")
+    p.add_argument("query", type=query_arg, help="what to look for, in words")
     p.add_argument("--user", required=True, help="tenant id (LoCoMo: the sample_id)")
     p.add_argument("--db", default=DEFAULT_DB,
                    help=f"store file or postgresql:// URL (default {DEFAULT_DB})")
@@ -532,9 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", action="append", help="only this kind ('turn', 'fact', ...)")
     p.add_argument("--speaker", help="only what this speaker said")
     p.add_argument("--conversation", help="only this conversation")
-    p.add_argument("--since", type=_when("start"), help="event time from: an ISO date, or "
+    p.add_argument("--since", type=when_arg("start"), help="event time from: an ISO date, or "
                    "a phrase such as yesterday or 'last week' (from its start)")
-    p.add_argument("--until", type=_when("end"), help="event time until: an ISO date, or "
+    p.add_argument("--until", type=when_arg("end"), help="event time until: an ISO date, or "
                    "a phrase such as yesterday or 'last week' (to its end)")
     p.add_argument("--no-dense", action="store_true", help="skip the embedding channel")
     p.add_argument("--weights", help='fusion knobs as JSON, e.g. \'{"dense": 0.5}\'')
@@ -542,6 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_search)
 
     add_memory_parsers(sub, DEFAULT_DB)
+    add_layer_parsers(sub, DEFAULT_DB)
 
     p = sub.add_parser("migrate", help="bring a store's schema up to date (file or URL)",
                        description=cmd_migrate.__doc__)
@@ -623,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune = p.add_argument_group(
         "prune", "delete runs matching every rule given; running runs and runs that a "
         "current item cites as evidence are kept")
-    prune.add_argument("--before", type=_when("start"), metavar="DATE",
+    prune.add_argument("--before", type=when_arg("start"), metavar="DATE",
                        help="runs started before this ISO date or datetime (UTC if no zone), "
                        "or the start of a phrase's span ('last month')")
     prune.add_argument("--older-than", type=_days, metavar="DAYS",

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,34 @@ def stdout_as_file(name: str) -> Iterator[str]:
         yield str(path)
         with path.open(encoding="utf-8") as written:
             shutil.copyfileobj(written, sys.stdout)
+
+
+def when_arg(edge: str) -> Callable[[str], datetime]:
+    """An argparse type: an ISO date or datetime, or a time phrase said now ("yesterday",
+    "last week", "2024", "in May") read as the ``edge`` (``start`` or ``end``) of the span
+    it names, in UTC."""
+
+    def parse(raw: str) -> datetime:
+        try:
+            return datetime.fromisoformat(raw)
+        except ValueError:
+            pass
+        from memstrata.memory.timeparse import normalise_time
+
+        # A date phrase is a few words: a long value is not parsed (dateparser is slow on one)
+        span = (normalise_time(raw, datetime.now(UTC)) if raw.strip() and len(raw) <= 100
+                else None)
+        if span is None:
+            raise argparse.ArgumentTypeError(
+                f"not a date: {raw!r} (an ISO date or datetime such as 2026-01-31 or "
+                "2026-01-31T12:00, or a phrase such as yesterday, last week or 2024)")
+        return span.start if edge == "start" else span.end
+
+    return parse
+
+
+def query_arg(raw: str) -> str:
+    """An argparse type: a query or question that is not blank."""
+    if not raw.strip():  # an unset shell variable, most often: say so, not "no hits"
+        raise argparse.ArgumentTypeError("the query is blank")
+    return raw

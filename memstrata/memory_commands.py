@@ -27,7 +27,7 @@ FORMATS = ("messages", "locomo", "longmemeval", "chatgpt", "claude")
 
 
 @contextmanager
-def _open(args: argparse.Namespace, *, must_exist: bool = True, lm: str | None = None
+def open_memory(args: argparse.Namespace, *, must_exist: bool = True, lm: Any = None
           ) -> Iterator[Any]:
     """The command's ``Memory``, closed at the end. A store this command created is
     removed again when the command fails with nothing stored in it (a refused ``add`` or
@@ -89,7 +89,7 @@ def cmd_add(args: argparse.Namespace) -> int:
                 messages.extend(message if isinstance(message, list) else [message])
         if not messages:
             raise SystemExit("memstrata: nothing to add (give TEXT or JSONL on stdin)")
-    with _open(args, must_exist=False, lm=args.lm) as memory:
+    with open_memory(args, must_exist=False, lm=args.lm) as memory:
         try:
             events = memory.add(messages, user_id=args.user, conversation_id=args.conversation,
                                 session_id=args.session, timestamp=args.timestamp,
@@ -109,7 +109,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     """One turn or item by id, as JSON."""
-    with _open(args) as memory:
+    with open_memory(args) as memory:
         found = memory.get(args.id, user_id=args.user)
     if found is None:
         raise NotFound(f"memstrata: no memory {args.id!r}")
@@ -119,7 +119,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """Every version of a turn or item, oldest first, one JSON object a line."""
-    with _open(args) as memory:
+    with open_memory(args) as memory:
         versions = memory.history(args.id, user_id=args.user)
     if not versions:
         raise NotFound(f"memstrata: no memory {args.id!r}")
@@ -130,7 +130,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     """Delete one turn or item (its versions, vectors, index rows and edges too)."""
-    with _open(args) as memory:
+    with open_memory(args) as memory:
         if not memory.delete(args.id, user_id=args.user):
             raise NotFound(f"memstrata: no memory {args.id!r}")
     print(json.dumps({"id": args.id, "event": "DELETE"}))
@@ -147,7 +147,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
         if reply.strip().lower() not in {"y", "yes"}:
             print("nothing deleted")
             return 1
-    with _open(args) as memory:
+    with open_memory(args) as memory:
         try:
             deleted = memory.delete_all(args.user)
         except ValueError as exc:
@@ -226,7 +226,7 @@ def _import(args: argparse.Namespace, path: str) -> dict[str, int]:
         # Read (and validated) before the store is opened: a refused file creates none.
         export = read_export(Path(path), args.user) if args.format == "export" else None
         records = read_records(path, args.format) if export is None else []
-        with _open(args, must_exist=False, lm=args.lm) as memory:
+        with open_memory(args, must_exist=False, lm=args.lm) as memory:
             if export is not None:
                 counts = memory.import_(export)
             else:
@@ -252,7 +252,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     exists, unless it is a SQLite database (the store itself, say): that is refused.
     FILE '-' writes the JSONL to stdout (and no summary). A user with nothing stored is
     said on stderr (a misspelt --user exports an empty tenant)."""
-    with _open(args) as memory, stdout_as_file(args.file) as path:
+    with open_memory(args) as memory, stdout_as_file(args.file) as path:
         lines = memory.export(args.user, path)
     if lines <= 1:  # the header alone
         print(f"memstrata: nothing is stored for user {args.user!r} in {describe(args.db)}",
@@ -269,7 +269,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     finished by the next; other models' vectors stay. Prints what was embedded as JSON."""
     from tqdm import tqdm
 
-    with _open(args) as memory:
+    with open_memory(args) as memory:
         total = sum(memory.store.counts(args.user)[t] for t in ("turns", "items"))
         with tqdm(total=total, unit="row", desc="reembed", disable=args.quiet) as bar:
             report = memory.reembed(user_id=args.user, progress=bar.update)

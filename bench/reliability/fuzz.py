@@ -855,7 +855,7 @@ def hostile_files(folder: Path) -> list[Path]:
 # -- hostile_cli -------------------------------------------------------------------------------
 
 CLI_COMMANDS = ("add", "get", "history", "delete", "forget", "import", "export", "search",
-                "stats", "facts", "runs", "persona", "random")
+                "read", "context", "stats", "facts", "runs", "persona", "random")
 """The store commands fuzzed (every command that reads or writes a store without a model;
 the model, benchmark and sandbox commands only start work that is out of scope here)."""
 
@@ -906,6 +906,18 @@ def _cli_argv(data: Any, s: dict[str, Any], db: str, files: list[Path], work: Pa
         argv += ["--format", fmt] if fmt is not None else []
         argv.append("--quiet")
         user = draw(safe.filter(lambda u: u not in (ALICE, BOB)))
+    elif cmd == "read":
+        argv.append(str(draw(st.sampled_from([*files, "-"]))))
+        stdin = draw(stdins) if argv[-1] == "-" else ""
+        flags = {"--title": safe, "--source": safe,
+                 "--when": st.one_of(arg, st.sampled_from(["2024-01-01", "yesterday"]))}
+        user = draw(safe.filter(lambda u: u not in (ALICE, BOB)))
+    elif cmd == "context":
+        argv.append(draw(st.one_of(s["query"], arg)))
+        flags = {"--budget": number, "--conversation": s["conversation"],
+                 "--layer": st.one_of(st.sampled_from(["conversation", "semantic", "voe"]), arg),
+                 "--json": st.just(None)}
+        user = user or ALICE
     elif cmd == "export":
         argv.append(draw(s["path"]))
     elif cmd == "search":
