@@ -1021,7 +1021,10 @@ class Memory:
         (facts and episodes read with :meth:`read`), ``procedures`` (read too),
         ``strategies`` (learned with :meth:`learn`), ``voe`` (the expectation
         :meth:`expect` left and the facts its surprises taught) and ``intentions``
-        (fired, unresolved). Each layer with lines takes its share of ``budget`` (see
+        (fired, unresolved). What was said and what was read are shown only where they
+        score at least ``settings.min_score`` (search's default cut, 0.1): a query
+        nothing in memory answers gets none of their lines. Each layer with lines takes
+        its share of ``budget`` (see
         :mod:`memstrata.packers.memory_context`); the block, headers included, is at
         most ``budget`` tokens by this memory's model's counter (about four characters a
         token without a model). Lines open with ``[id · speaker or source · date]``; the

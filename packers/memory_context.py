@@ -44,7 +44,7 @@ from memstrata.memory.cognitive import CognitiveMemory
 from memstrata.memory.cognitive.recall import Recalled, recall
 from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle
 from memstrata.memory.models import ProspectiveItem, StrategyItem, WorkingItem
-from memstrata.memory.retrieval import Retriever
+from memstrata.memory.retrieval import DEFAULT_MIN_SCORE, Retriever
 from memstrata.memory.route import Route, Router
 from memstrata.memory.store import Filters
 from memstrata.memory.store.protocol import MemoryStore
@@ -78,6 +78,10 @@ class ContextSettings(BaseModel):
     """How deep each layer searches, and the shares of the budget."""
 
     conversation_k: int = Field(40, ge=0, le=500)
+    min_score: float = Field(DEFAULT_MIN_SCORE, ge=0, le=1, description=(
+        "What was said and what was read scoring under this (search's score, 0-1) is not "
+        "shown: a query nothing in memory answers gets none of their lines, as search "
+        "returns no hit."))
     recall_k: int = Field(10, ge=0, le=50)
     k_success: int = Field(3, ge=0, le=20)
     k_failure: int = Field(3, ge=0, le=20)
@@ -126,15 +130,18 @@ def rough_tokens(text: str) -> int:
 
 def conversation_lines(store: MemoryStore, retriever: Retriever, router: Router, user_id: str,
                        query: str, *, k: int, conversation_id: str | None = None,
-                       now: datetime | None = None) -> tuple[list[MemoryLine], Route]:
-    """The routed turns and conversation items for ``query``, best first, and the route.
+                       now: datetime | None = None, min_score: float = DEFAULT_MIN_SCORE
+                       ) -> tuple[list[MemoryLine], Route]:
+    """The routed turns and conversation items for ``query`` scoring at least
+    ``min_score``, best first, and the route.
 
     Routing is the personal answerer's (``Router.route``); a person's conversations
     keep their hits and the items that belong to no conversation."""
     route = router.route(user_id, query, conversation_id=conversation_id, now=now)
     hits = retriever.search(user_id, query, k=k, nodes=("turn", "item"),
                             filters=Filters(kinds=["turn", *SAID_KINDS],
-                                            current=list(SAID_KINDS)), now=now)
+                                            current=list(SAID_KINDS)), now=now,
+                            min_score=min_score)
     if route.scope != "global":
         routed = set(route.conversations)
         hits = [h for h in hits if h.conversation_id in routed or h.conversation_id is None]
@@ -152,13 +159,16 @@ def _recalled_line(r: Recalled) -> MemoryLine:
                       when=r.event_time)
 
 
-def read_lines(mind: CognitiveMemory, query: str, *, k: int
+def read_lines(mind: CognitiveMemory, query: str, *, k: int,
+               min_score: float = DEFAULT_MIN_SCORE
                ) -> tuple[list[MemoryLine], list[MemoryLine]]:
-    """Semantic facts and episodes, then procedures, recalled for ``query``; an episode
-    whose first sentence is a fact listed beside it is left out."""
+    """Semantic facts and episodes, then procedures, recalled for ``query`` and scoring
+    at least ``min_score``; an episode whose first sentence is a fact listed beside it is
+    left out."""
     # No hops: a walk along similar_to edges costs more than the search itself on a
     # tenant of many similar facts; a contradicting report still comes with its partner.
-    found = recall(mind, query, k=k, hops=0) if k else []
+    found = [r for r in (recall(mind, query, k=k, hops=0) if k else [])
+             if r.score >= min_score]
     # An episode ("Read TITLE on DAY: its first sentence") beside that sentence's fact
     # says again what the fact's head says (the document and the day).
     said = {r.text for r in found if r.kind == "semantic"}
@@ -322,9 +332,9 @@ def build_context(store: MemoryStore, user_id: str, query: str, *, budget: int =
     if "conversation" in wanted:
         candidates["conversation"], route = conversation_lines(
             store, retriever, router, user_id, query, k=s.conversation_k,
-            conversation_id=conversation_id, now=now)
+            conversation_id=conversation_id, now=now, min_score=s.min_score)
     if wanted & {"semantic", "procedures"} and _has(store, user_id, ("semantic", "procedural")):
-        facts, procedures = read_lines(mind, query, k=s.recall_k)
+        facts, procedures = read_lines(mind, query, k=s.recall_k, min_score=s.min_score)
         candidates["semantic"] = facts if "semantic" in wanted else []
         candidates["procedures"] = procedures if "procedures" in wanted else []
     if "strategies" in wanted and _has(store, user_id, ("strategy",)):

@@ -91,3 +91,26 @@ def test_a_memory_without_a_model_counts_four_characters_a_token() -> None:
     ctx = m.context("bees", user_id=ANA, budget=40)
     assert "bees" in ctx.text and ctx.tokens <= 40
     assert m.context("bees", user_id="nobody").text == ""
+
+
+def test_what_nothing_in_memory_answers_is_not_shown() -> None:
+    """What was said and what was read take search's relevance cut: a query nothing here
+    answers gets none of their lines (the dense channel's nearest rows filled the block
+    before), a query about one thing gets no unrelated turn, and ``min_score=0`` shows
+    every line found."""
+    from memstrata.packers.memory_context import ContextSettings
+
+    m = Memory.open(":memory:")  # the shipped static embedder: a dense channel
+    m.add([{"role": "user", "content": "I moved to Lisbon in May"},
+           {"role": "user", "content": "My sister is a nurse in Berlin"}], user_id=ANA,
+          infer=False)
+    m.read("Green tea is best at 80 degrees. Steep it for two minutes.", user_id=ANA,
+           title="Tea notes")
+    said_and_read = ["conversation", "semantic", "procedures"]
+    ctx = m.context("xyzzy plugh", user_id=ANA, layers=said_and_read)
+    assert (ctx.text, ctx.ids) == ("", [])
+    ctx = m.context("how hot should the water be for green tea", user_id=ANA)
+    assert "80 degrees" in ctx.text and "nurse" not in ctx.text and "Lisbon" not in ctx.text
+    every = m.context("xyzzy plugh", user_id=ANA, layers=said_and_read,
+                      settings=ContextSettings(min_score=0))
+    assert "Lisbon" in every.text and "80 degrees" in every.text
