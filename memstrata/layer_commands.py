@@ -39,8 +39,13 @@ def cmd_answer(args: argparse.Namespace) -> int:
     and one to answer on a recall; two to about ten on the reasoner's path; none to
     classify with --route rules). A user with nothing stored exits 1 before the model
     loads. The run is recorded ('memstrata runs list')."""
+    from memstrata.api import MAX_QUERY_BYTES, _check_id, _check_text
     from memstrata.mcp_server import _ANSWER_FIELDS
 
+    # Memory.answer's own checks, before the model loads (seconds, for a local one).
+    _check_text("question", args.question, limit=MAX_QUERY_BYTES)
+    if args.conversation is not None:
+        _check_id("--conversation", args.conversation)
     with open_memory(args) as memory:
         if (said := _nothing_stored(memory, args.user, args.db)) is not None:
             raise NotFound(f"{said}: nothing to answer from")

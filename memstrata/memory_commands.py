@@ -28,7 +28,7 @@ FORMATS = ("messages", "locomo", "longmemeval", "chatgpt", "claude")
 
 @contextmanager
 def open_memory(args: argparse.Namespace, *, must_exist: bool = True, lm: Any = None
-          ) -> Iterator[Any]:
+                ) -> Iterator[Any]:
     """The command's ``Memory``, closed at the end. A store this command created is
     removed again when the command fails with nothing stored in it (a refused ``add`` or
     ``import`` into a new ``--db`` left an empty store behind)."""

@@ -151,3 +151,8 @@ def test_answer_with_nothing_to_answer_from_loads_no_model(
     assert code == 1 and not (tmp_path / "none.db").exists()
     code, _, err = _run(capsys, "answer", "   ", "--user", "ana", "--db", str(store))
     assert code == 2 and "blank" in err
+    code, _, err = _run(capsys, "answer", "why " * 5000, "--user", "ana", "--db", str(store))
+    assert code == 2 and "question is 20,000 bytes" in err
+    code, _, err = _run(capsys, "answer", "Where?", "--user", "ana", "--db", str(store),
+                        "--conversation", " ")
+    assert code == 2 and "--conversation" in err
