@@ -956,7 +956,7 @@ class Memory:
         from memstrata.programs.answer import PersonalAnswerer
         from memstrata.programs.reasoning import AdaptiveReasoner
         from memstrata.programs.routed_answer import answer_routed
-        from memstrata.programs.verb_calls import record_verb
+        from memstrata.programs.verb_calls import record_verb, run_clock
 
         _check_id("user_id", user_id)
         if self.lm is None:
@@ -966,6 +966,7 @@ class Memory:
         _check_text("question", question, limit=MAX_QUERY_BYTES)
         if conversation_id is not None:
             _check_id("conversation_id", conversation_id)
+        began = run_clock()
         with self._lock:
             if self._answerer is None:
                 self._answerer = PersonalAnswerer(self.store, retriever=self.retriever,
@@ -984,7 +985,7 @@ class Memory:
             self.store, user_id, "answer", task=question, llm_calls=result.llm_calls,
             output={"answer": result.answer, "evidence": result.evidence},
             data={"path": result.path, "intent": result.intent, "route": route},
-            lock=self._lock)
+            began=began, lock=self._lock)
         return result
 
     def _store_evidence(self, user_id: str, result: RoutedAnswer) -> None:
@@ -1081,7 +1082,7 @@ class Memory:
         from datetime import date as day
 
         from memstrata.memory.cognitive import CognitiveMemory
-        from memstrata.programs.verb_calls import record_verb
+        from memstrata.programs.verb_calls import record_verb, run_clock
 
         _check_id("user_id", user_id)
         if not isinstance(text, str) or not text.strip():
@@ -1091,11 +1092,12 @@ class Memory:
             if value is not None:
                 _check_text(name, value, limit=4096)
         at = when if isinstance(when, day) or when is None else parse_time(when)
+        began = run_clock()
         with self._lock:
             report = CognitiveMemory(self.store, user_id).read(
                 text, title=title or "", source=source or "", when=at)
         record_verb(self.store, user_id, "read", task=title or source or text[:80],
-                    llm_calls=0, output=report.model_dump(), lock=self._lock)
+                    llm_calls=0, output=report.model_dump(), began=began, lock=self._lock)
         return report
 
     def learn(self, run: Any, *, user_id: str, success: bool, task: str | None = None,
@@ -1125,7 +1127,7 @@ class Memory:
             ProgramParseError: the model's output did not parse after the retry.
         """
         from memstrata.programs.learning import learn_from
-        from memstrata.programs.verb_calls import record_verb
+        from memstrata.programs.verb_calls import record_verb, run_clock
 
         _check_id("user_id", user_id)
         if task is not None:
@@ -1133,6 +1135,7 @@ class Memory:
         chosen = method or ("llm" if self.lm is not None else "trace")
         if chosen not in ("llm", "trace"):
             raise ValueError(f"method must be 'llm' or 'trace', not {method!r}")
+        began = run_clock()
         lesson = learn_from(run, store=self.store, user_id=user_id, success=bool(success),
                             task=task, used=[str(i) for i in used], rationale=rationale,
                             method=chosen, handle=self.lm, tags=list(tags),
@@ -1140,7 +1143,8 @@ class Memory:
         lesson.run_id = record_verb(
             self.store, user_id, "learn", task=lesson.task, llm_calls=lesson.llm_calls,
             output={"strategies": lesson.strategies, "success": lesson.success},
-            data={"decisions": lesson.decisions, "dropped": lesson.dropped}, lock=self._lock)
+            data={"decisions": lesson.decisions, "dropped": lesson.dropped}, began=began,
+            lock=self._lock)
         return lesson
 
     def expect(self, user_id: str, *, conversation_id: str | None = None,
@@ -1168,13 +1172,14 @@ class Memory:
             ProgramParseError: the model's output did not parse after the retry.
         """
         from memstrata.programs.expectation import expect
-        from memstrata.programs.verb_calls import record_verb
+        from memstrata.programs.verb_calls import record_verb, run_clock
 
         _check_id("user_id", user_id)
         conv = conversation_id or DEFAULT_CONVERSATION
         _check_id("conversation_id", conv)
         if self.lm is None:
             raise ModelSetupError("expect needs an LM: Memory.open(path, lm=...)")
+        began = run_clock()
         result = expect(self.store, user_id, conversation_id=conv, lm=self.lm.lm,
                         predictor=predictor, settings=settings, lock=self._lock)
         result.run_id = record_verb(
@@ -1182,7 +1187,7 @@ class Memory:
             llm_calls=result.llm_calls,
             output={"prediction": result.prediction, "fact": result.fact},
             data={"checked": result.checked.model_dump() if result.checked else None},
-            lock=self._lock)
+            began=began, lock=self._lock)
         return result
 
     def tool_session(self, user_id: str, *, agent_id: str | None = None) -> ToolSession:

@@ -10,6 +10,7 @@ count is this block's own.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -18,6 +19,9 @@ import dspy
 from dspy.utils.callback import BaseCallback
 
 from memstrata.memory import MemoryStore
+from memstrata.trajectories.recorder import Recorder, RunClock, run_clock
+
+__all__ = ["CallCounter", "counting_calls", "record_verb", "run_clock"]
 
 
 class CallCounter(BaseCallback):
@@ -44,16 +48,17 @@ def counting_calls(lm: Any = None) -> Iterator[CallCounter]:
 
 
 def record_verb(store: MemoryStore, user_id: str, verb: str, *, task: str, llm_calls: int,
-                output: Any = None, data: dict[str, Any] | None = None,
+                began: RunClock, output: Any = None, data: dict[str, Any] | None = None,
                 lock: threading.RLock | None = None) -> str:
     """Write one finished run record of a ``Memory`` verb (program ``memory.<verb>``),
     with its LLM calls in ``usage.calls`` and ``data`` as its one step; returns its id.
-    The store is written under ``lock``."""
-    from memstrata.trajectories.recorder import Recorder
-
+    ``began`` (:func:`~memstrata.trajectories.recorder.run_clock`, read when the verb
+    began) makes the record's ``started_at`` and ``wall_s`` the verb's own, model calls
+    included. The store is written under ``lock``."""
     with lock if lock is not None else nullcontext():
         rec = Recorder(store, user_id, f"memory.{verb}", task=task)
-        rec.start()
-        rec.step(verb, verb, input=task, output=output, data=data or {})
+        rec.start(began=began)
+        rec.step(verb, verb, input=task, output=output, data=data or {},
+                 ms=(time.perf_counter() - began[1]) * 1000)
         rec.finish(output=output, usage={"calls": llm_calls})
     return rec.run_id

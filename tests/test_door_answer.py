@@ -142,3 +142,22 @@ def test_evidence_labels_that_repeat_across_conversations_resolve_to_their_own(
     out = m.answer("Where did I move in May?", user_id=ANA, conversation_id="default")
     rows = [m.get(e, user_id=ANA) for e in out.evidence]
     assert rows and all(r is not None and r["conversation_id"] == "default" for r in rows)
+
+
+def test_the_run_record_times_the_whole_answer(scripted: Any) -> None:
+    """The run's ``started_at`` and ``wall_s`` are the verb's, model calls included (it
+    was recorded once the answer was done: ``wall_s`` was the record's own write)."""
+    import time
+
+    from memstrata.memory.models import utcnow
+
+    script = DoorScript("simple_recall", answer="Lisbon", on_call=lambda: time.sleep(0.15))
+    m = _memory(scripted, script)
+    before = utcnow()
+    out = m.answer("Where did I move in May?", user_id=ANA)
+    record = m.store.runs.get(ANA, out.run_id)
+    assert record is not None and record.wall_s is not None
+    assert record.wall_s >= 0.3  # two calls of 0.15 s each
+    assert before <= record.started_at <= record.finished_at
+    (step,) = m.store.runs.steps(ANA, out.run_id)
+    assert step.ms is not None and step.ms >= 300

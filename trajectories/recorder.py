@@ -22,6 +22,7 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from memstrata.memory import MemoryStore
@@ -45,6 +46,15 @@ def as_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         return repr(value)
+
+
+RunClock = tuple[datetime, float]
+"""When work began: the wall-clock time and ``time.perf_counter()``."""
+
+
+def run_clock() -> RunClock:
+    """Now, as :meth:`Recorder.start` takes it for work recorded once it is done."""
+    return utcnow(), time.perf_counter()
 
 
 class Recorder:
@@ -86,9 +96,14 @@ class Recorder:
         elif not self._finished:
             self.finish()
 
-    def start(self) -> None:
-        """Write the run's first row, with the code version and the data it starts from."""
-        self._started = time.perf_counter()
+    def start(self, *, began: RunClock | None = None) -> None:
+        """Write the run's first row, with the code version and the data it starts from.
+        ``began`` (:func:`run_clock`, read when the work began) dates a run recorded after
+        its work is done, so its ``started_at`` and ``wall_s`` are the work's."""
+        if began is not None:
+            self.record.started_at, self._started = began
+        else:
+            self._started = time.perf_counter()
         self.record.git_commit = git_commit()
         self.record.db_state = self.store.state_pointer(self.record.user_id)
         self.store.runs.start(self.record)
