@@ -67,8 +67,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                   f"{'' if args.no_ui else ', inspector /ui'}); {len(active)} active key(s)",
                   file=sys.stderr)
             if not active:
+                # describe: a database URL's password is not printed (servers' logs).
                 print(f"memstrata: no key yet: every request gets 401 until one exists "
-                      f"('memstrata keys create --user U --db {args.db}')", file=sys.stderr)
+                      f"('memstrata keys create --user U --db {describe(args.db)}')",
+                      file=sys.stderr)
             if args.host not in LOOPBACK:
                 print("memstrata: listening beyond loopback over plain HTTP: put TLS in front "
                       "(keys travel in every request)", file=sys.stderr)
@@ -108,6 +110,11 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
         found = store.keys.records(args.user, revoked=args.all)
     for record in found:
         print(json.dumps(record.model_dump(mode="json"), ensure_ascii=False))
+    if not found:  # said, as the other lists say it: an empty stdout alone reads as a fault
+        whose = f" of user {args.user!r}" if args.user else ""
+        revoked = "" if args.all else " active"
+        print(f"memstrata: no{revoked} keys{whose} in {describe(args.db)} (create one with "
+              f"'memstrata keys create --user U --db {describe(args.db)}')", file=sys.stderr)
     return 0
 
 

@@ -127,6 +127,9 @@ def test_keys_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert len(capsys.readouterr().out.splitlines()) == 1
     assert _cli("keys", "list", "--all", "--user", "ana", "--db", db) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+    assert _cli("keys", "list", "--user", "ana", "--db", db) == 0  # her one key is revoked
+    out, err = capsys.readouterr()
+    assert out == "" and "no active keys of user 'ana'" in err
     # Exit codes: usage 2, not found 1.
     assert _cli("keys", "revoke", "000000000000", "--db", db) == 1
     assert _cli("keys", "create", "--db", db) == 2
