@@ -215,10 +215,13 @@ class AsyncMemory:
 
     async def read(self, text: str, *, user_id: str, title: str | None = None,
                    source: str | None = None,
-                   when: datetime | date | str | float | None = None) -> ReadReport:
-        """:meth:`Memory.read <memstrata.api.Memory.read>`."""
+                   when: datetime | date | str | float | None = None,
+                   progress: Callable[[int], object] | None = None) -> ReadReport:
+        """:meth:`Memory.read <memstrata.api.Memory.read>` (``progress`` is called on the
+        worker thread)."""
         return await _off_loop(functools.partial(
-            self.memory.read, text, user_id=user_id, title=title, source=source, when=when))
+            self.memory.read, text, user_id=user_id, title=title, source=source, when=when,
+            progress=progress))
 
     async def learn(self, run: Any, *, user_id: str, success: bool, task: str | None = None,
                     used: Iterable[str] = (), rationale: str = "",

@@ -1057,8 +1057,8 @@ class Memory:
                                  conversation_id=conversation_id)
 
     def read(self, text: str, *, user_id: str, title: str | None = None,
-             source: str | None = None, when: datetime | date | str | float | None = None
-             ) -> ReadReport:
+             source: str | None = None, when: datetime | date | str | float | None = None,
+             progress: Callable[[int], object] | None = None) -> ReadReport:
         """Read a document (an article, a tutorial, a report) into the tenant's cognitive
         memory, so :meth:`answer`, :meth:`context` and :meth:`search` find it beside what
         was said. No LLM call.
@@ -1070,6 +1070,9 @@ class Memory:
         it holds fire (``memory.cognitive.reading``). ``when`` is the document's date
         (ISO text, Unix seconds, a date or a datetime); ``source`` who published it. A
         run record (program ``memory.read``, 0 LLM calls) names what was written.
+        ``progress`` is called with 1 as each fact is written (each is compared with the
+        nearest facts already held, so a long document takes seconds); the count to expect
+        is ``len(memstrata.memory.cognitive.reading.sentences(text))``.
 
         Returns:
             The :class:`~memstrata.memory.cognitive.ReadReport`: the sensory, episode,
@@ -1095,7 +1098,7 @@ class Memory:
         began = run_clock()
         with self._lock:
             report = CognitiveMemory(self.store, user_id).read(
-                text, title=title or "", source=source or "", when=at)
+                text, title=title or "", source=source or "", when=at, progress=progress)
         record_verb(self.store, user_id, "read", task=title or source or text[:80],
                     llm_calls=0, output=report.model_dump(), began=began, lock=self._lock)
         return report

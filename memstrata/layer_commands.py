@@ -85,10 +85,14 @@ def cmd_read(args: argparse.Namespace) -> int:
     into one user's memory, so 'answer', 'context' and 'search' find it beside what was
     said: an episode ('read TITLE (SOURCE) on WHEN'), a semantic fact a sentence, a
     numbered list of steps as a procedure; intentions whose keywords it holds fire. No LLM
-    call. Prints the ids written, as JSON. --title defaults to the file's name."""
+    call. Prints the ids written, as JSON. --title defaults to the file's name. A read
+    that takes over a second shows a progress bar on stderr (--quiet: none)."""
+    from tqdm import tqdm
+
     from memstrata.api import MAX_MESSAGE_BYTES
     from memstrata.formats import ImportFormatError
     from memstrata.formats.messages import read_text
+    from memstrata.memory.cognitive.reading import sentences
 
     with stdin_as_file(args.file) as path:
         size = os.stat(path).st_size if os.path.isfile(path) else 0
@@ -105,9 +109,11 @@ def cmd_read(args: argparse.Namespace) -> int:
         raise SystemExit(f"memstrata: {name}: nothing to read (the file is empty)")
     title = args.title if args.title is not None else (
         None if args.file == "-" else os.path.basename(args.file))
-    with open_memory(args, must_exist=False) as memory:
+    with open_memory(args, must_exist=False) as memory, tqdm(
+            total=len(sentences(text)), unit="fact", desc="read", delay=1.0,
+            disable=args.quiet) as bar:
         report = memory.read(text, user_id=args.user, title=title, source=args.source,
-                             when=args.when)
+                             when=args.when, progress=bar.update)
     print(report.model_dump_json())
     return 0
 
@@ -155,5 +161,6 @@ def add_layer_parsers(sub: argparse._SubParsersAction, default_db: str) -> None:
     p.add_argument("--source", help="who published it")
     p.add_argument("--when", type=when_arg("start"), help="the document's date: an ISO date "
                    "or datetime, or a phrase such as yesterday or 'last week'")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_durability_arg(p)
     p.set_defaults(func=cmd_read)

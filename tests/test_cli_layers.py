@@ -103,6 +103,30 @@ def test_read_refuses_what_it_cannot_read_and_leaves_no_store(
     assert code == 2 and "not a date" in err
 
 
+def test_a_long_read_shows_a_progress_bar_unless_quiet(
+        store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from memstrata.memory.cognitive import semantic
+
+    learn = semantic.Semantic.learn
+
+    def slow(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.4)  # past the bar's one-second delay within a few facts
+        return learn(self, *args, **kwargs)
+
+    monkeypatch.setattr(semantic.Semantic, "learn", slow)
+    doc = tmp_path / "facts.txt"
+    doc.write_text(" ".join(f"Fact number {i} is here." for i in range(5)), encoding="utf-8")
+    code, out, err = _run(capsys, "read", str(doc), "--user", "ana", "--db", str(store))
+    assert code == 0 and len(json.loads(out)["facts"]) == 5
+    assert "read" in err and "5/5" in err and "fact" in err
+    code, out, err = _run(capsys, "read", str(doc), "--user", "bo", "--db", str(store),
+                          "--quiet")
+    assert code == 0 and len(json.loads(out)["facts"]) == 5 and err == ""
+
+
 def test_read_takes_stdin(store: Path, monkeypatch: pytest.MonkeyPatch,
                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(TEA.encode())))

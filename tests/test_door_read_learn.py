@@ -43,6 +43,17 @@ def test_read_writes_episode_facts_and_procedure_found_by_every_verb() -> None:
         m.read("  ", user_id=ANA)
 
 
+def test_read_reports_progress_once_a_fact() -> None:
+    from memstrata.memory.cognitive.reading import sentences
+
+    m = Memory.open(":memory:", embedder=None)
+    seen: list[int] = []
+    report = m.read(GUIDE + "\nTrams stop at midnight. Night buses run later.", user_id=ANA,
+                    progress=seen.append)
+    assert seen == [1] * len(report.facts) and len(report.facts) == 4
+    assert len(sentences(GUIDE + "\nTrams stop at midnight. Night buses run later.")) == 4
+
+
 def test_learn_by_trace_without_a_model_then_context_shows_the_strategy() -> None:
     m = Memory.open(":memory:", embedder=None)
     lesson = m.learn({"task": "Which tram goes to Alfama?", "trajectory": [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,9 +54,16 @@ class Lifecycle:
         self.clock = clock
 
 
+@lru_cache(maxsize=4096)
+def token_set(text: str) -> frozenset[str]:
+    """The set of ``text``'s normalised tokens, kept: a fact being learned is compared
+    with each of its candidates, and they with the next fact's."""
+    return frozenset(tokens(text))
+
+
 def jaccard(a: str, b: str) -> float:
     """Jaccard similarity of two texts' normalised token sets (stemmed, no stop-words)."""
-    ta, tb = set(tokens(a)), set(tokens(b))
+    ta, tb = token_set(a), token_set(b)
     if not ta or not tb:
         return 0.0
     return len(ta & tb) / len(ta | tb)

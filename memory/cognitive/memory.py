@@ -40,9 +40,11 @@ class CognitiveMemory(Mind):
     """
 
     def read(self, text: str, *, title: str = "", source: str = "",
-             when: date | datetime | None = None) -> ReadReport:
+             when: date | datetime | None = None,
+             progress: Callable[[int], object] | None = None) -> ReadReport:
         """Take in a document (an article, a tutorial, a message): see ``read_document``."""
-        return read_document(self, text, title=title, source=source, when=when)
+        return read_document(self, text, title=title, source=source, when=when,
+                             progress=progress)
 
     def recall(self, query: str, *, k: int = 10, hops: int = 0,
                include_tasks: bool = False) -> list[Recalled]:

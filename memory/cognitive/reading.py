@@ -15,6 +15,7 @@ content. Numbered step lines are left to ``parse_steps``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time
 from typing import TYPE_CHECKING
 
@@ -59,10 +60,12 @@ def _when(value: date | datetime | None) -> datetime | None:
 
 
 def read_document(mind: Mind, text: str, *, title: str = "", source: str = "",
-                  when: date | datetime | None = None) -> ReadReport:
+                  when: date | datetime | None = None,
+                  progress: Callable[[int], object] | None = None) -> ReadReport:
     """Take ``text`` in through every memory type it concerns; see the module docstring.
 
     ``when`` is the document's event time (its date); ``source`` who published it.
+    ``progress`` is called with 1 as each of the ``len(sentences(text))`` facts is written.
 
     Raises:
         ValueError: the text is empty.
@@ -79,9 +82,12 @@ def read_document(mind: Mind, text: str, *, title: str = "", source: str = "",
                                   summary=f"Read {headline}: {first}".strip())
     if title:  # recall shows each fact with the title of the document it came from
         mind.store.update(mind.user_id, episode, title=title[:300])
-    facts = [mind.semantic.learn("", sentence, source=label, episode_id=episode,
-                                 event_time=at, tags=[title] if title else ())
-             for sentence in sentences(text)]
+    facts = []
+    for sentence in sentences(text):
+        facts.append(mind.semantic.learn("", sentence, source=label, episode_id=episode,
+                                         event_time=at, tags=[title] if title else ()))
+        if progress is not None:
+            progress(1)
     procedure = None
     found = parse_steps(text)
     if found is not None:

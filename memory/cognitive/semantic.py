@@ -32,7 +32,7 @@ from ..models import Edge, SemanticItem
 from ..profile import same_value
 from ..store import Cond, Filters, Sort
 from ..text import tokens
-from .base import CONTRADICTS, DERIVES_FROM, SIMILAR_TO, Lifecycle, jaccard
+from .base import CONTRADICTS, DERIVES_FROM, SIMILAR_TO, Lifecycle, jaccard, token_set
 from .values import quantities
 
 CANDIDATES = 200
@@ -73,20 +73,24 @@ class Semantic(Lifecycle):
                 episode = self.store.get(self.user_id, episode_id)
                 if episode is None or episode.kind != "episodic":
                     raise KeyError(f"no episode {episode_id!r} for user {self.user_id!r}")
-            others = self._candidates(text)
+            threshold = self.settings.similarity_threshold
+            # Only a candidate this similar can link or disagree: the others are not read
+            # whole (a long document's facts are each other's candidates).
+            near = [(i, score) for i, other in self._candidates(text)
+                    if (score := jaccard(text, other)) >= threshold]
+            full = {r.id: r for r in self.store.get_many(self.user_id, [i for i, _ in near])}
             new_id = self.store.add(item)
             edges = [Edge(user_id=self.user_id, src=new_id, dst=episode_id,
                           relation=DERIVES_FROM)] if episode_id else []
-            threshold = self.settings.similarity_threshold
-            for old in others:
-                if old.id == new_id:
+            for old_id, score in near:
+                old = full.get(old_id)
+                if old_id == new_id or not isinstance(old, SemanticItem):
                     continue
-                score = jaccard(text, old.text)
                 if score > threshold:
                     edges.append(Edge(user_id=self.user_id, src=new_id, dst=old.id,
                                       relation=SIMILAR_TO, weight=score,
                                       metadata={"method": "jaccard"}))
-                clash = disagreement(item, old) if score >= threshold else None
+                clash = disagreement(item, old)
                 if clash is not None and not self._same_document(old.id, episode_id):
                     edges.append(_contradiction(self.user_id, item, new_id, old, *clash))
             self.store.add_edges(edges)
@@ -100,12 +104,13 @@ class Semantic(Lifecycle):
             e.dst == episode_id for e in self.store.edges(self.user_id, src=fact_id,
                                                           relation=DERIVES_FROM))
 
-    def _candidates(self, text: str) -> list[SemanticItem]:
-        """The tenant's current facts sharing a token with ``text`` (best ``CANDIDATES``)."""
+    def _candidates(self, text: str) -> list[tuple[str, str]]:
+        """(id, text) of the tenant's current facts sharing a token with ``text`` (best
+        ``CANDIDATES``, best first)."""
         found = self.store.lexical(self.user_id, tokens(text), node="item", k=CANDIDATES,
                                    filters=Filters(kinds=["semantic"], current=["semantic"]))
-        rows = self.store.get_many(self.user_id, [i for i, _ in found])
-        return [r for r in rows if isinstance(r, SemanticItem)]
+        rows = self.store.nodes(self.user_id, [i for i, _ in found])
+        return [(i, rows[i]["text"]) for i, _ in found if i in rows]
 
     def contradictions(self, item_id: str) -> list[Contradiction]:
         """The facts that disagree with ``item_id`` on a value, in either direction."""
@@ -151,7 +156,7 @@ def disagreement(a: SemanticItem, b: SemanticItem) -> tuple[str, str, str] | Non
         return only_a, only_b, "different numbers"
     if qa or qb:
         return None
-    ta, tb = set(tokens(a.text)), set(tokens(b.text))
+    ta, tb = token_set(a.text), token_set(b.text)
     if not (0 < len(ta - tb) <= MAX_REPLACED and 0 < len(tb - ta) <= MAX_REPLACED):
         return None
     span_a, span_b = _replaced(a.text, b.text)

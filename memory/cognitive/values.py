@@ -20,6 +20,7 @@ Rules (deliberately few, each tested):
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import NamedTuple
 
 _SMALL = ["two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
@@ -61,6 +62,14 @@ class Quantity(NamedTuple):
 
 def quantities(text: str) -> list[Quantity]:
     """The values ``text`` states, in order of appearance (see the module's rules)."""
+    return list(_quantities(text))
+
+
+@lru_cache(maxsize=4096)
+def _quantities(text: str) -> tuple[Quantity, ...]:
+    """:func:`quantities`, kept: a fact being learned is compared with each of its
+    candidates, and a document's facts are each other's candidates, so the same texts
+    come back many times."""
     blanked = _DATES.sub(lambda m: " " * len(m.group()), text)
     found: list[tuple[int, Quantity]] = []
     for m in _DIGITS.finditer(blanked):
@@ -76,7 +85,7 @@ def quantities(text: str) -> list[Quantity]:
         word = (m.group("word") or m.group("tens")).lower()
         unit = (m.group("unit") or "").lower()
         found.append((m.start(), _quantity(m, _WORD_VALUE[word] + _WORD_VALUE.get(unit, 0.0))))
-    return [q for _, q in sorted(found)]
+    return tuple(q for _, q in sorted(found))
 
 
 def _quantity(m: re.Match[str], value: float) -> Quantity:

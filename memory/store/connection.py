@@ -174,6 +174,8 @@ class StoreConnection(EmbedderSetting):
                          "item": RowLengths("items_fts", 2, "items")}
         self._lengths_at: dict[str, tuple[int, int]] = {}
         self._touched: dict[str, set[int]] = {"turn": set(), "item": set()}
+        # The FTS indexes ("turn", "item") the open write transaction has written to.
+        self._tx_indexes: set[str] = set()
         self._postings = Postings()
         # Each tenant's tag vocabulary and the other processes' data version it was read
         # at; kept across this process's writes (LexicalSearch.tag_vocabulary).
@@ -316,6 +318,8 @@ class StoreConnection(EmbedderSetting):
                         self.conn.execute(f"RELEASE {name}")
                 self._writes += 1
                 self._tx_vectors = None
+                if self._depth == 0:
+                    self._tx_indexes.clear()
                 with file_faults(self.path):  # writes through sqlite_utils end here raw
                     raise exc
             self._depth -= 1
@@ -332,6 +336,7 @@ class StoreConnection(EmbedderSetting):
                 self._writes += 1
                 if self._depth == 0:
                     self._tx_vectors = None
+                    self._tx_indexes.clear()
 
     def _cached(self, key: tuple[Any, ...], compute: Any) -> Any:
         """``compute()``, memoised until this process writes or another one commits.
@@ -366,11 +371,20 @@ class StoreConnection(EmbedderSetting):
         rows = set(rowids)
         self._postings.before_change(self.conn, INDEXES[node], rows)
         self._touched[node].update(rows)
+        self._tx_indexes.add(node)
 
     def inserting(self, node: str, rowids: Iterable[int]) -> None:
         """Note FTS rows this connection is about to insert (the kept posting lists
         follow them; ``Postings.inserting``)."""
         self._postings.inserting(INDEXES[node], set(rowids))
+        self._tx_indexes.add(node)
+
+    def index_unsettled(self, node: str) -> bool:
+        """Whether ``node``'s FTS index ("turn" or "item") holds rows that may yet be
+        rolled back: the open write transaction has written to it (:meth:`inserting`,
+        :meth:`changing`). Until then a transaction sees the index as committed, and the
+        kept row lengths and posting lists serve it."""
+        return bool(self._depth) and node in self._tx_indexes
 
     def _q(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self.conn.execute(sql, args)

@@ -85,7 +85,10 @@ class LexicalSearch(NodeLookups):
         ``filters``: only rows passing them are returned (the scores are the tenant's,
         filtered or not).
         """
-        fresh = bool(self._depth)  # in a write transaction: nothing cached (_lengths_of)
+        # Rows a write transaction added may be rolled back: none may enter the caches
+        # (_lengths_of). A transaction that has not written to this index reads them,
+        # as a fact being learned looks for its neighbours before it is written.
+        fresh = self.index_unsettled(node)
         lengths = self._lengths_of(user_id, node, fresh)
         stats = lengths.stats(user_id, idf_shift)
         if stats is None or k <= 0:

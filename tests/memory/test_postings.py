@@ -188,6 +188,37 @@ def test_cache_after_a_rollback_and_inside_a_transaction() -> None:
     _assert_same(*_both(store, "u", ["river", "pari"], "item"))
 
 
+def test_a_transaction_reads_the_kept_index_until_it_writes_to_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store.open(":memory:")
+    store.add_many(FactItem(user_id="u", text=f"harbour {w}") for w in WORDS)
+    _assert_same(*_both(store, "u", ["harbour"], "item"))  # the cache is now warm
+    reads: list[str] = []
+    of_tenant = postings_module.RowLengths.of_tenant.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type, conn: object, fts: str, *args: object) -> object:
+        reads.append(fts)
+        return of_tenant(cls, conn, fts, *args)
+
+    monkeypatch.setattr(postings_module.RowLengths, "of_tenant", classmethod(counted))
+    with pytest.raises(RuntimeError), store.transaction():
+        # Nothing of the transaction is in the item index yet: the kept lengths serve.
+        _assert_same(*_both(store, "u", ["harbour"], "item"))
+        store.add_turns([Turn(user_id="u", conversation_id="c", session_id="s",
+                              turn_id="D1:1", seq=1, speaker="Bo", text="harbour walk",
+                              event_time=CLOCK)])
+        _assert_same(*_both(store, "u", ["harbour"], "item"))  # a turn is not an item
+        assert reads == []
+        store.add(FactItem(user_id="u", text="harbour harbour"))
+        fast, slow = _both(store, "u", ["harbour"], "item")
+        _assert_same(fast, slow)
+        assert len(fast) == len(WORDS) + 1 and reads == ["items_fts"]
+        raise RuntimeError("roll back")
+    fast, slow = _both(store, "u", ["harbour"], "item")
+    _assert_same(fast, slow)
+    assert len(fast) == len(WORDS)
+
+
 def test_cache_sees_another_connections_writes(tmp_path: Path) -> None:
     path = tmp_path / "m.db"
     one, two = Store.open(path), Store.open(path)
