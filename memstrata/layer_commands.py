@@ -86,7 +86,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     said: an episode ('read TITLE (SOURCE) on WHEN'), a semantic fact a sentence, a
     numbered list of steps as a procedure; intentions whose keywords it holds fire. No LLM
     call. Prints the ids written, as JSON. --title defaults to the file's name. A read
-    that takes over a second shows a progress bar on stderr (--quiet: none)."""
+    that takes over two seconds shows a progress bar on stderr (--quiet: none)."""
     from tqdm import tqdm
 
     from memstrata.api import MAX_MESSAGE_BYTES
@@ -110,7 +110,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     title = args.title if args.title is not None else (
         None if args.file == "-" else os.path.basename(args.file))
     with open_memory(args, must_exist=False) as memory, tqdm(
-            total=len(sentences(text)), unit="fact", desc="read", delay=1.0,
+            total=len(sentences(text)), unit="fact", desc="read", delay=2.0,
             disable=args.quiet) as bar:
         report = memory.read(text, user_id=args.user, title=title, source=args.source,
                              when=args.when, progress=bar.update)

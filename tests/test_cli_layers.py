@@ -113,7 +113,7 @@ def test_a_long_read_shows_a_progress_bar_unless_quiet(
     learn = semantic.Semantic.learn
 
     def slow(self: Any, *args: Any, **kwargs: Any) -> Any:
-        time.sleep(0.4)  # past the bar's one-second delay within a few facts
+        time.sleep(0.6)  # past the bar's two-second delay within a few facts
         return learn(self, *args, **kwargs)
 
     monkeypatch.setattr(semantic.Semantic, "learn", slow)
