@@ -47,11 +47,11 @@ def test_read_reports_progress_once_a_fact() -> None:
     from memstrata.memory.cognitive.reading import sentences
 
     m = Memory.open(":memory:", embedder=None)
+    text = GUIDE + "\nTrams stop at midnight. Night buses run later."
     seen: list[int] = []
-    report = m.read(GUIDE + "\nTrams stop at midnight. Night buses run later.", user_id=ANA,
-                    progress=seen.append)
+    report = m.read(text, user_id=ANA, progress=seen.append)
     assert seen == [1] * len(report.facts) and len(report.facts) == 4
-    assert len(sentences(GUIDE + "\nTrams stop at midnight. Night buses run later.")) == 4
+    assert len(sentences(text)) == 4
 
 
 def test_learn_by_trace_without_a_model_then_context_shows_the_strategy() -> None:

@@ -77,13 +77,14 @@ def read_document(mind: Mind, text: str, *, title: str = "", source: str = "",
     observed = mind.sensory.observe(text, modality="text", event_time=at)
     headline = " ".join(p for p in (title, f"({source})" if source else "",
                                     f"on {at.date().isoformat()}" if at else "") if p)
-    first = next(iter(sentences(text)), "")
+    said = sentences(text)
+    first = said[0] if said else ""
     episode = mind.sensory.attend(observed, f"read {title or label}", source_label=label,
                                   summary=f"Read {headline}: {first}".strip())
     if title:  # recall shows each fact with the title of the document it came from
         mind.store.update(mind.user_id, episode, title=title[:300])
     facts = []
-    for sentence in sentences(text):
+    for sentence in said:
         facts.append(mind.semantic.learn("", sentence, source=label, episode_id=episode,
                                          event_time=at, tags=[title] if title else ()))
         if progress is not None:
