@@ -929,7 +929,9 @@ class Memory:
 
         The adaptive reasoner's intent check routes it (``programs.routed_answer``): a
         simple recall goes to the personal answerer (routed by the people it names,
-        checked for who-said-what, answered by ``QA`` over the packed memories); a
+        checked for who-said-what, answered by ``QA`` over the block :meth:`context`
+        packs: what was read, procedures, strategies and the VoE loop's facts beside
+        the answerer's own hits of what was said); a
         computation, a temporal comparison, a multi-source synthesis, a contradiction or
         an update goes to the adaptive reasoner over the same memory (what was said and
         what was read: its calculator, its date order, both sides of a contradiction).

@@ -1,7 +1,9 @@
 """One tenant's memory as one context block, every layer within its share of a budget.
 
 What ``Memory.context`` returns: the block an application injects into its own program
-(seed 002's "Mode 1: auto-inject"), LLM-free. Its layers, in the order they are shown:
+(seed 002's "Mode 1: auto-inject"), LLM-free; and the block ``Memory.answer``'s personal
+answerer shows its model (``programs.answer``: the conversation layer is then its own
+routed, verified hits). Its layers, in the order they are shown:
 
 - ``conversation``: what was said. The question is routed as the personal answerer
   routes it (``memory.route``: the people it names and their conversations), then the
@@ -242,12 +244,13 @@ def _shares(present: Sequence[str], shares: dict[str, float]) -> dict[str, float
 
 def pack_layers(candidates: dict[str, list[MemoryLine]], budget: int, count: TokenCounter,
                 *, shares: dict[str, float] | None = None,
-                date_style: DateStyle = DEFAULT_DATE_STYLE
+                date_style: DateStyle = DEFAULT_DATE_STYLE, lone_header: bool = True
                 ) -> tuple[str, dict[str, PackedContext]]:
     """Pack each layer's lines (best first) into its share of ``budget`` and assemble
     the block (see the module docstring); returns the text and each shown layer's pack.
 
-    Lines already shown by an earlier layer (same id) are not shown again.
+    Lines already shown by an earlier layer (same id) are not shown again. With
+    ``lone_header=False`` a block of one layer is its lines alone, no header.
     """
     seen: set[str] = set()
     unique: dict[str, list[MemoryLine]] = {}
@@ -259,7 +262,8 @@ def pack_layers(candidates: dict[str, list[MemoryLine]], budget: int, count: Tok
     order = list(unique)
     if budget <= 0 or not order:
         return "", {}
-    heads = sum(count(HEADERS[layer]) + 2 for layer in order)
+    headed = lone_header or len(order) > 1
+    heads = sum(count(HEADERS[layer]) + 2 for layer in order) if headed else 0
     room = max(budget - heads, 0)
     part = _shares(order, shares or SHARES)
     limits = {layer: int(room * part[layer]) for layer in order}
@@ -279,7 +283,7 @@ def pack_layers(candidates: dict[str, list[MemoryLine]], budget: int, count: Tok
             packed[layer] = pack_one(layer, packed[layer].tokens + spare)
             spare -= packed[layer].tokens - before
             limits[layer] = packed[layer].tokens
-    text = _assemble(order, packed)
+    text = _assemble(order, packed, headed)
     # Tokenizers merge across lines and headers: shed from the largest layer until the
     # block, counted whole, fits.
     while text and count(text) > budget:
@@ -289,11 +293,14 @@ def pack_layers(candidates: dict[str, list[MemoryLine]], budget: int, count: Tok
             return "", {}
         over = count(text) - budget
         packed[largest] = pack_one(largest, packed[largest].tokens - max(over, 1))
-        text = _assemble(order, packed)
+        text = _assemble(order, packed, headed)
     return text, {ly: p for ly, p in packed.items() if p.ids}
 
 
-def _assemble(order: Sequence[str], packed: dict[str, PackedContext]) -> str:
+def _assemble(order: Sequence[str], packed: dict[str, PackedContext], headed: bool = True
+              ) -> str:
+    if not headed:
+        return "\n\n".join(packed[ly].text for ly in order if packed[ly].text)
     return "\n\n".join(f"{HEADERS[ly]}\n{packed[ly].text}" for ly in order
                        if packed[ly].text)
 
@@ -310,8 +317,15 @@ def build_context(store: MemoryStore, user_id: str, query: str, *, budget: int =
                   count_tokens: Callable[[str], int] | None = None,
                   settings: ContextSettings | None = None,
                   conversation_id: str | None = None, now: datetime | None = None,
-                  date_style: DateStyle = DEFAULT_DATE_STYLE) -> MemoryContext:
+                  date_style: DateStyle = DEFAULT_DATE_STYLE,
+                  said: Sequence[MemoryLine] | None = None, route: Route | None = None,
+                  lone_header: bool = True) -> MemoryContext:
     """One tenant's :class:`MemoryContext` for ``query``; reads the store, calls no model.
+
+    ``said`` (with its ``route``) are the conversation layer's lines when the caller has
+    routed and retrieved them itself (the personal answerer: its routed, verified hits,
+    each turn named by its id in its conversation, which ``QA`` cites); the layer is not
+    searched then. ``lone_header=False``: a block of one layer carries no header.
 
     Raises:
         ValueError: a layer that does not exist, or a negative budget.
@@ -328,8 +342,9 @@ def build_context(store: MemoryStore, user_id: str, query: str, *, budget: int =
     mind = CognitiveMemory(store, user_id)
     wanted = set(layers)
     candidates: dict[str, list[MemoryLine]] = {}
-    route = None
-    if "conversation" in wanted:
+    if said is not None and "conversation" in wanted:
+        candidates["conversation"] = list(said)
+    elif "conversation" in wanted:
         candidates["conversation"], route = conversation_lines(
             store, retriever, router, user_id, query, k=s.conversation_k,
             conversation_id=conversation_id, now=now, min_score=s.min_score)
@@ -346,7 +361,7 @@ def build_context(store: MemoryStore, user_id: str, query: str, *, budget: int =
     if "intentions" in wanted:
         candidates["intentions"] = intention_lines(mind)
     text, packed = pack_layers(candidates, budget, count, shares=s.shares,
-                               date_style=date_style)
+                               date_style=date_style, lone_header=lone_header)
     used = {ly: LayerUse(ids=p.ids, tokens=p.tokens, chars=len(p.text), budget=p.budget,
                          candidates=len(candidates.get(ly, [])), dropped=p.dropped)
             for ly, p in packed.items()}

@@ -4,12 +4,17 @@ The path, per question:
 
 1. **route** (``memory.route``): the person(s) it names, the tenant's conversations that
    hold them, or global; the time span it names;
-2. **retrieve** turns and items (facts, QA pairs where ingest made them) for that route;
+2. **retrieve** turns and what was extracted from them (facts, QA pairs, personas) for
+   that route;
 3. **verify** (``memory.verify``) before any LLM call: when the question names one person
    but the memories credit what it asks about to someone else, abstain and say whose it
    was ("Not mentioned for Ana: it was Ben's charity race (s2:3)"). This is
    deterministic on purpose: the embedded model is too weak to notice a swapped name;
-4. otherwise **answer** with ``QA`` over the packed memories.
+4. otherwise **answer** with ``QA`` over the packed memories: the tenant's memory as
+   ``Memory.context`` packs it (``packers.memory_context``: what was read, procedures,
+   strategies, the VoE loop's facts, reminders), the conversation layer being these
+   verified hits, each turn named by its id in its conversation. A tenant holding only
+   conversations gets its hits' lines alone, no layer header.
 
 ``QA``'s :class:`~memstrata.programs.qa.AnswerStyle` rules the whole path: the packed
 memories are written in its date style, and the verifier's abstentions answer its
@@ -22,32 +27,46 @@ verification's scores, whether it answered or abstained.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 import dspy
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from memstrata.memory import Filters, Hit, MemoryStore, Retriever
 from memstrata.memory.attribution import ConversationIndex
 from memstrata.memory.route import Route, Router
 from memstrata.memory.verify import Verification, VerifySettings, coverage, question_terms, verify
-from memstrata.packers import PackedContext, from_hits, pack
+from memstrata.packers import from_hits
+from memstrata.packers.memory_context import (
+    LAYERS,
+    SAID_KINDS,
+    ContextSettings,
+    MemoryContext,
+    build_context,
+)
 
 from .binding import Live
 from .qa import QA
 
 
 class AnswerSettings(BaseModel):
-    """Retrieval depth, memory budget and the verification thresholds."""
+    """Retrieval depth, memory budget, the layers shown beside what was said, and the
+    verification thresholds."""
 
     retrieve_k: int = 40
     budget: int = 600
     verify: VerifySettings = VerifySettings()
+    layers: tuple[str, ...] = Field(LAYERS, description=(
+        "The layers of ``Memory.context`` the answer is shown (``conversation`` is these "
+        "hits)."))
+    context: ContextSettings = Field(default_factory=ContextSettings, description=(
+        "How the other layers search and share the budget."))
 
 
 class EvidenceRef(BaseModel):
@@ -96,13 +115,15 @@ class AnswerWithProvenance(BaseModel):
 @dataclass(frozen=True)
 class AnswerSources:
     """What ``PersonalAnswerer`` reads at call time: the store, its retrieval and routing,
-    and the answering model's token counter. Live things: never part of the program's
-    state, never copied with it (see ``programs.binding``)."""
+    the answering model's token counter, and the lock the store's reads take (``Memory``'s;
+    none for a store of one thread). Live things: never part of the program's state,
+    never copied with it (see ``programs.binding``)."""
 
     store: MemoryStore
     retriever: Retriever
     router: Router
     count_tokens: Callable[[str], int]
+    lock: threading.RLock | None = None
 
     @classmethod
     def over(cls, store: MemoryStore, *, retriever: Retriever | None = None,
@@ -139,8 +160,9 @@ def _rough_tokens(text: str) -> int:
 class Prepared:
     """The answer path's state before any LLM call (``PersonalAnswerer.prepare``).
 
-    ``packed`` is the block ``QA`` is shown, or ``None`` when the verifier abstains
-    (another person holds what the question asks about): then ``QA`` is never asked.
+    ``packed`` is the block ``QA`` is shown (``Memory.context``'s, see the module), or
+    ``None`` when the verifier abstains (another person holds what the question asks
+    about): then ``QA`` is never asked.
     """
 
     question: str
@@ -149,7 +171,7 @@ class Prepared:
     person: str | None
     checked: Verification
     hits: list[Hit]
-    packed: PackedContext | None
+    packed: MemoryContext | None
 
     @property
     def memories(self) -> str:
@@ -234,16 +256,25 @@ class PersonalAnswerer(dspy.Module):
         checked = verify(indexes, question, person, settings=self.settings.verify,
                          span=route.span)
         only = route.conversations[0] if len(route.conversations) == 1 else None
+        # What was said; what was read and learned comes in the block's other layers.
         hits = src.retriever.search(user_id, question, k=self.settings.retrieve_k,
-                                     filters=Filters(conversation_id=only) if only else None,
+                                     filters=Filters(conversation_id=only,
+                                                     kinds=["turn", *SAID_KINDS],
+                                                     current=list(SAID_KINDS)),
                                      now=now)
         if route.scope != "global":  # a person in several conversations: only theirs
             routed = set(route.conversations)
             hits = [h for h in hits if h.conversation_id in routed or h.conversation_id is None]
         packed = None
         if not (checked.abstain and checked.other is not None):
-            packed = pack(from_hits(hits), self.settings.budget, src.count_tokens,
-                          date_style=self.qa.style.date_style)
+            with src.lock if src.lock is not None else nullcontext():
+                packed = build_context(
+                    src.store, user_id, question, budget=self.settings.budget,
+                    layers=self.settings.layers, retriever=src.retriever, router=src.router,
+                    count_tokens=src.count_tokens, settings=self.settings.context,
+                    conversation_id=conversation_id, now=now,
+                    date_style=self.qa.style.date_style, said=from_hits(hits), route=route,
+                    lone_header=False)
         return Prepared(question=question, route=route, indexes=indexes, person=person,
                         checked=checked, hits=hits, packed=packed)
 

@@ -2,7 +2,8 @@
 
 The adaptive reasoner's intent check decides (``programs.effort``: the classifier's
 intent, checked against the question's words). A simple recall takes the personal
-answerer (``programs.answer``: route, retrieve, verify who said what, then ``QA``); a
+answerer (``programs.answer``: route, retrieve, verify who said what, then ``QA`` over
+the block ``Memory.context`` packs, what was read and learned beside what was said); a
 computation, a temporal comparison, a multi-source synthesis, a contradiction or an
 update takes the adaptive reasoner (``programs.reasoning``) over the same memory
 (``memory.cognitive.whole.WholeMemory``: what was read and what was said), with its
@@ -28,9 +29,9 @@ import threading
 from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
-from memstrata.memory import Filters, Hit, MemoryStore, Retriever
+from memstrata.memory import MemoryStore, Retriever
 from memstrata.memory.cognitive.whole import WholeMemory
 from memstrata.memory.dates import DateStyle, parse_day, render_day
 from memstrata.memory.guarded import guarded
@@ -48,7 +49,6 @@ T = TypeVar("T")
 
 RouteChoice = Literal["auto", "rules", "answerer", "reasoner"]
 ROUTES: tuple[str, ...] = ("auto", "rules", "answerer", "reasoner")
-READ_KINDS: tuple[str, ...] = ("semantic", "procedural", "episodic", "consolidated")
 _ISO_DAY = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 
 
@@ -67,30 +67,6 @@ class RoutedAnswer(AnswerWithProvenance):
     llm_calls: int = 0
     reasoning: ReasoningTrace | None = None
     run_id: str | None = None
-
-
-class ReadAwareRetriever:
-    """The answerer's retriever, plus the tenant's read knowledge when a search is
-    pinned to one conversation (read knowledge belongs to none, so the conversation
-    filter alone would leave it out). One extra search, only when the tenant has read
-    something."""
-
-    def __init__(self, retriever: Retriever, store: MemoryStore) -> None:
-        self.retriever = retriever
-        self.store = store
-
-    def search(self, user_id: str, query: str, k: int = 10, *,
-               filters: Filters | None = None, now: datetime | None = None,
-               **kw: Any) -> list[Hit]:
-        """As ``Retriever.search``; see the class."""
-        hits = self.retriever.search(user_id, query, k, filters=filters, now=now, **kw)
-        if filters is None or filters.conversation_id is None or not any(
-                self.store.kind_items(user_id, kind, limit=1) for kind in READ_KINDS[:2]):
-            return hits
-        read = self.retriever.search(user_id, query, k, nodes=("item",), now=now,
-                                     filters=Filters(kinds=list(READ_KINDS),
-                                                     current=list(READ_KINDS)))
-        return sorted([*hits, *read], key=lambda h: -h.score)[:k]
 
 
 def restyle_dates(answer: str, style: DateStyle) -> str:
@@ -149,10 +125,8 @@ def answer_routed(question: str, user_id: str, *, store: MemoryStore, answerer: 
     with counting_calls(lm) as counter:
         path, intent, said = choose_path(question, route, reasoner)
         if path == "answerer":
-            sources = AnswerSources(
-                # The answerer calls only ``search``, which ReadAwareRetriever has.
-                store=store, retriever=safe(ReadAwareRetriever(retriever, store)),  # type: ignore[arg-type]
-                router=safe(router), count_tokens=count_tokens)
+            sources = AnswerSources(store=store, retriever=safe(retriever),
+                                    router=safe(router), count_tokens=count_tokens, lock=lock)
             pred = answerer(question=question, user_id=user_id, conversation_id=conversation_id,
                             now=now, sources=sources)
             result = RoutedAnswer.model_validate({

@@ -92,6 +92,37 @@ def test_read_content_is_answered_beside_what_was_said(scripted: Any) -> None:
     assert "Team Aurora had 9 gold medals" in shown
 
 
+def test_the_answerer_is_shown_the_block_context_packs(scripted: Any) -> None:
+    """One packing path: the answerer's prompt is ``Memory.context``'s block, its
+    conversation layer the answerer's own hits (turns by their ids in the conversation),
+    what was read and what was learned in their own layers."""
+    script = DoorScript("simple_recall", answer="9")
+    m = _memory(scripted, script)
+    m.learn({"task": "How many gold medals had Team Aurora?", "trajectory": [
+        {"tool": "mem_search", "args": {"query": "Aurora gold medals"}}],
+        "answer": "Count the gold medals of the latest standings"}, user_id=ANA, success=True,
+        method="trace")
+    question = "How many gold medals had Team Aurora after day 10, and where did I move?"
+    m.answer(question, user_id=ANA, route="answerer")
+    shown = script.memories()
+    said, rest = shown.split("## What was said\n")[1].split("\n\n## What was read\n")
+    read, learned = rest.split("\n\n## Strategies from past runs\n")
+    assert said.startswith("[t0 · user · ") and "Lisbon" in said
+    assert "Team Aurora had 9 gold medals" in read and "Team Aurora" not in said
+    assert "Count the gold medals of the latest standings" in learned
+    ctx = m.context(question, user_id=ANA)
+    assert read == ctx.text.split("## What was read\n")[1].split("\n\n")[0]
+
+
+def test_a_tenant_of_conversations_alone_is_shown_bare_lines(scripted: Any) -> None:
+    script = DoorScript("simple_recall", answer="Lisbon")
+    m = Memory.open(":memory:", embedder=None, lm=scripted(script))
+    m.add([{"role": "user", "content": "I moved to Lisbon in May 2023"},
+           {"role": "assistant", "content": "How do you like it?"}], user_id=ANA, infer=False)
+    m.answer("Where did I move in May?", user_id=ANA, route="answerer")
+    assert script.memories().startswith("[t0 · user · ") and "##" not in script.memories()
+
+
 def test_the_model_is_not_called_under_the_memory_lock(scripted: Any) -> None:
     acquired: list[bool] = []
     holder: dict[str, Memory] = {}
