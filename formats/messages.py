@@ -57,6 +57,8 @@ def read_text(path: str | Path, *, archive: bool = True) -> str:
         scheme = urlsplit(str(path)).scheme if "://" in str(path) else ""
         hint = (f"; memstrata reads local files, not {scheme}:// URLs: download it and give "
                 "its path" if len(scheme) > 1 else "")  # one letter: a Windows drive
+        if isinstance(exc, IsADirectoryError):
+            hint = "; it is a folder: give one file in it"
         raise ImportFormatError(str(path), "file", f"cannot read ({exc.strerror or exc})"
                                 + hint) from None
     if archive and data[:4] == b"PK\x03\x04":

@@ -192,7 +192,7 @@ class NotFound(SystemExit):
 def no_store(db: str) -> NotFound:
     """The exit for a ``--db`` path with no store yet."""
     return NotFound(f"memstrata: no store at {describe(db)} (create one with 'memstrata "
-                    "add' or 'memstrata import', or give --db)")
+                    "add', 'memstrata read' or 'memstrata import', or give --db)")
 
 
 @contextmanager

@@ -285,7 +285,9 @@ def test_every_command_says_not_found_with_exit_1(
                  ("persona", "--user", "u", "--conversation", "c", "Ana"),
                  ("rlm", "why?", "--user", "u")):
         assert _cli(*argv, "--db", missing) == 1, argv
-        assert capsys.readouterr().err.startswith(f"memstrata: no store at {missing}"), argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"memstrata: no store at {missing}"), argv
+        assert "'memstrata read'" in err, argv  # every command that creates one is named
     assert not Path(missing).exists()
     db = str(tmp_path / "m.db")
     assert _cli("add", "I like tea", "--user", "ana", "--db", db) == 0

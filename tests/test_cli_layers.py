@@ -92,7 +92,8 @@ def test_read_refuses_what_it_cannot_read_and_leaves_no_store(
         z.writestr("conversations.json", "[]")  # an export's name: still not a document
     cases = [(tmp_path / "missing.txt", "cannot read"), (empty, "nothing to read"),
              (binary, "not UTF-8"), (big, "split it"), (archive, "not UTF-8"),
-             ("https://example.com/post.txt", "not https:// URLs")]
+             ("https://example.com/post.txt", "not https:// URLs"),
+             (tmp_path, "it is a folder: give one file in it")]
     for path, said in cases:
         code, out, err = _run(capsys, "read", str(path), "--user", "ana", "--db", str(db))
         assert (code, out) == (2, ""), path
