@@ -200,3 +200,31 @@ def test_serve_command_answers_with_keys(tmp_path: Path) -> None:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "active key(s)" in err and not any(k in err for k in world.keys.values())
+
+
+def test_serve_never_prints_a_database_urls_password(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """What serve says on stderr (servers' logs keep it) names a PostgreSQL store
+    without its password: the serving line and the no-key hint."""
+    import uvicorn
+
+    from memstrata import Memory
+    from memstrata.memory import Store
+    from tests.server.server_helpers import free_port
+
+    opened: list[str] = []
+
+    def fake_open(db: str, **kw: object) -> Memory:
+        opened.append(db)
+        return Memory(Store.open(":memory:", embedder=None))
+
+    monkeypatch.setattr(Memory, "open", staticmethod(fake_open))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    url = "postgresql://app:s3cretpw@db.example:5432/mem"
+    assert _cli("serve", "--db", url, "--port", str(free_port()), "--no-ui", "--no-mcp") == 0
+    err = capsys.readouterr().err
+    assert opened == [url]  # the server opens the URL as given
+    assert "s3cretpw" not in err
+    shown = "postgresql://app@db.example:5432/mem"
+    assert f"serving {shown} at http://127.0.0.1:" in err
+    assert "no key yet" in err and f"--db {shown}')" in err
