@@ -11,7 +11,8 @@ routed, verified hits). Its layers, in the order they are shown:
   searched, and the conversation-less ones kept beside the routed ones;
 - ``semantic``: what was read (``Memory.read``): semantic facts and episodes, found by
   cognitive recall (a fact another report contradicts comes with that report, each
-  line naming the other's id);
+  line naming the other's id); with ``ContextSettings.documents_k``, the best documents
+  read, whole, ranked among them by score;
 - ``procedures``: procedures read, with their steps (recalling one counts a use, as
   cognitive recall does everywhere);
 - ``strategies``: strategies and guardrails the tenant learned (``Memory.learn``), ranked
@@ -43,9 +44,10 @@ from pydantic import BaseModel, Field
 
 from memstrata.memory.bank import strategy_score
 from memstrata.memory.cognitive import CognitiveMemory
+from memstrata.memory.cognitive.base import ATTENDED_TO
 from memstrata.memory.cognitive.recall import Recalled, recall
 from memstrata.memory.dates import DEFAULT_DATE_STYLE, DateStyle
-from memstrata.memory.models import ProspectiveItem, StrategyItem, WorkingItem
+from memstrata.memory.models import ProspectiveItem, SensoryItem, StrategyItem, WorkingItem
 from memstrata.memory.retrieval import DEFAULT_MIN_SCORE, Retriever
 from memstrata.memory.route import Route, Router
 from memstrata.memory.store import Filters
@@ -85,6 +87,10 @@ class ContextSettings(BaseModel):
         "shown: a query nothing in memory answers gets none of their lines, as search "
         "returns no hit."))
     recall_k: int = Field(10, ge=0, le=50)
+    documents_k: int = Field(0, ge=0, le=10, description=(
+        "Documents read (``Memory.read``'s text as it was given) shown in the read layer "
+        "among their facts, by score, where one fits the layer's budget whole; 0: the "
+        "facts alone."))
     k_success: int = Field(3, ge=0, le=20)
     k_failure: int = Field(3, ge=0, le=20)
     voe_k: int = Field(10, ge=0, le=100)
@@ -162,11 +168,13 @@ def _recalled_line(r: Recalled) -> MemoryLine:
 
 
 def read_lines(mind: CognitiveMemory, query: str, *, k: int,
-               min_score: float = DEFAULT_MIN_SCORE
+               min_score: float = DEFAULT_MIN_SCORE, documents: int = 0,
+               retriever: Retriever | None = None
                ) -> tuple[list[MemoryLine], list[MemoryLine]]:
     """Semantic facts and episodes, then procedures, recalled for ``query`` and scoring
     at least ``min_score``; an episode whose first sentence is a fact listed beside it is
-    left out."""
+    left out. With ``documents``, that many of the documents read (their whole text, see
+    :func:`document_lines`) are ranked among the facts by score."""
     # No hops: a walk along similar_to edges costs more than the search itself on a
     # tenant of many similar facts; a contradicting report still comes with its partner.
     found = [r for r in (recall(mind, query, k=k, hops=0) if k else [])
@@ -176,9 +184,34 @@ def read_lines(mind: CognitiveMemory, query: str, *, k: int,
     said = {r.text for r in found if r.kind == "semantic"}
     found = [r for r in found if not (r.kind == "episodic" and any(
         r.text.endswith(f": {text}") for text in said))]
-    facts = [_recalled_line(r) for r in found if r.kind in READ_KINDS]
+    ranked = [(r.score, _recalled_line(r)) for r in found if r.kind in READ_KINDS]
+    if documents:
+        ranked += document_lines(mind, retriever or Retriever(mind.store, mind.store.embedder),
+                                 query, k=documents, min_score=min_score)
+    ranked.sort(key=lambda pair: -pair[0])
     procedures = [_recalled_line(r) for r in found if r.kind == "procedural"]
-    return facts, procedures
+    return [line for _, line in ranked], procedures
+
+
+def document_lines(mind: CognitiveMemory, retriever: Retriever, query: str, *, k: int,
+                   min_score: float = DEFAULT_MIN_SCORE) -> list[tuple[float, MemoryLine]]:
+    """The ``k`` documents read (sensory observations attended to: ``Memory.read`` keeps
+    each text whole) that best match ``query`` and score at least ``min_score``, with
+    their scores; each named by its reading's source or title."""
+    hits = retriever.search(mind.user_id, query, k=k, nodes=("item",), min_score=min_score,
+                            filters=Filters(kinds=["sensory"]))
+    kept = {i.id: i for i in mind.store.get_many(mind.user_id, [h.id for h in hits])
+            if isinstance(i, SensoryItem) and i.attended}
+    out: list[tuple[float, MemoryLine]] = []
+    for h in hits:
+        if h.id not in kept:
+            continue
+        edges = mind.store.edges(mind.user_id, src=h.id, relation=ATTENDED_TO, limit=1)
+        episode = mind.store.get(mind.user_id, edges[0].dst) if edges else None
+        name = (episode.source or episode.title or None) if episode is not None else None
+        out.append((h.score, MemoryLine(id=h.id, text=kept[h.id].text, speaker=name,
+                                        when=kept[h.id].event_time)))
+    return out
 
 
 def strategy_lines(store: MemoryStore, retriever: Retriever, user_id: str, query: str, *,
@@ -349,7 +382,8 @@ def build_context(store: MemoryStore, user_id: str, query: str, *, budget: int =
             store, retriever, router, user_id, query, k=s.conversation_k,
             conversation_id=conversation_id, now=now, min_score=s.min_score)
     if wanted & {"semantic", "procedures"} and _has(store, user_id, ("semantic", "procedural")):
-        facts, procedures = read_lines(mind, query, k=s.recall_k, min_score=s.min_score)
+        facts, procedures = read_lines(mind, query, k=s.recall_k, min_score=s.min_score,
+                                       documents=s.documents_k, retriever=retriever)
         candidates["semantic"] = facts if "semantic" in wanted else []
         candidates["procedures"] = procedures if "procedures" in wanted else []
     if "strategies" in wanted and _has(store, user_id, ("strategy",)):

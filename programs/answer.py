@@ -11,10 +11,11 @@ The path, per question:
    was ("Not mentioned for Ana: it was Ben's charity race (s2:3)"). This is
    deterministic on purpose: the embedded model is too weak to notice a swapped name;
 4. otherwise **answer** with ``QA`` over the packed memories: the tenant's memory as
-   ``Memory.context`` packs it (``packers.memory_context``: what was read, procedures,
-   strategies, the VoE loop's facts, reminders), the conversation layer being these
-   verified hits, each turn named by its id in its conversation. A tenant holding only
-   conversations gets its hits' lines alone, no layer header.
+   ``Memory.context`` packs it (``packers.memory_context``: what was read, the best
+   documents read shown whole among their facts, procedures, strategies, the VoE loop's
+   facts, reminders), the conversation layer being these verified hits, each turn named
+   by its id in its conversation. A tenant holding only conversations gets its hits'
+   lines alone, no layer header.
 
 ``QA``'s :class:`~memstrata.programs.qa.AnswerStyle` rules the whole path: the packed
 memories are written in its date style, and the verifier's abstentions answer its
@@ -65,8 +66,12 @@ class AnswerSettings(BaseModel):
     layers: tuple[str, ...] = Field(LAYERS, description=(
         "The layers of ``Memory.context`` the answer is shown (``conversation`` is these "
         "hits)."))
-    context: ContextSettings = Field(default_factory=ContextSettings, description=(
-        "How the other layers search and share the budget."))
+    context: ContextSettings = Field(
+        # The embedded 1.5B answered better shown the document beside its facts
+        # (docs/benchmarks/cognitive.md).
+        default_factory=lambda: ContextSettings(documents_k=2), description=(
+            "How the other layers search and share the budget (the documents read "
+            "shown whole beside their facts, where they fit)."))
 
 
 class EvidenceRef(BaseModel):

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from memstrata import Memory
+from memstrata.programs.answer import AnswerSettings
 from tests.door_script import DoorScript
 
 ANA = "ana"
@@ -110,8 +111,12 @@ def test_the_answerer_is_shown_the_block_context_packs(scripted: Any) -> None:
     assert said.startswith("[t0 · user · ") and "Lisbon" in said
     assert "Team Aurora had 9 gold medals" in read and "Team Aurora" not in said
     assert "Count the gold medals of the latest standings" in learned
-    ctx = m.context(question, user_id=ANA)
+    # The block Memory.context packs with the answerer's settings (the documents read
+    # shown whole beside their facts).
+    ctx = m.context(question, user_id=ANA, settings=AnswerSettings().context)
     assert read == ctx.text.split("## What was read\n")[1].split("\n\n")[0]
+    [article] = [d for d in m.store.kind_items(ANA, "sensory") if "day 10" in d.text]
+    assert f"[{article.id} · Nordic Herald · 2026-02-10] {article.text}" in read
 
 
 def test_a_tenant_of_conversations_alone_is_shown_bare_lines(scripted: Any) -> None:

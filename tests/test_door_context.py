@@ -114,3 +114,23 @@ def test_what_nothing_in_memory_answers_is_not_shown() -> None:
     every = m.context("xyzzy plugh", user_id=ANA, layers=said_and_read,
                       settings=ContextSettings(min_score=0))
     assert "Lisbon" in every.text and "80 degrees" in every.text
+
+
+def test_the_documents_read_are_shown_whole_among_their_facts_when_asked(
+        memory: Memory) -> None:
+    from memstrata.packers.memory_context import ContextSettings
+
+    plain = memory.context(QUERY, user_id=ANA, layers=["semantic"])
+    [document] = memory.store.kind_items(ANA, "sensory")
+    assert document.id not in plain.ids  # the facts alone by default
+    shown = memory.context(QUERY, user_id=ANA, layers=["semantic"],
+                           settings=ContextSettings(documents_k=1))
+    assert document.id in shown.ids and set(plain.ids) <= set(shown.ids)
+    line = next(ln for ln in shown.text.splitlines() if ln.startswith(f"[{document.id} "))
+    assert line.startswith(f"[{document.id} · Visit Lisboa · 2024-03-01] The tram 28 runs")
+    assert "Validate it on boarding" in line  # the text as it was read, whole
+    other = memory.context(QUERY, user_id="ben", settings=ContextSettings(documents_k=1))
+    assert document.id not in other.ids
+    tight = memory.context(QUERY, user_id=ANA, layers=["semantic"], budget=40,
+                           settings=ContextSettings(documents_k=1))
+    assert document.id not in tight.ids and tight.ids  # skipped, never cut; facts still fit
