@@ -33,6 +33,12 @@ class Route(BaseModel):
     conversations: list[str] = []
     span: tuple[datetime, datetime] | None = None
 
+    def keeps(self, conversation_id: str | None) -> bool:
+        """Whether a memory of ``conversation_id`` is on this route: any, for a global
+        question; else one of its conversations', or one that belongs to none."""
+        return (self.scope == "global" or conversation_id is None
+                or conversation_id in self.conversations)
+
 
 class Router:
     """Routes questions over one store and keeps each conversation's attribution index.

@@ -73,7 +73,6 @@ HEADERS: dict[str, str] = {
 SHARES: dict[str, float] = {"conversation": 0.45, "semantic": 0.2, "procedures": 0.1,
                             "strategies": 0.12, "voe": 0.08, "intentions": 0.05}
 """Each layer's share of the budget (renormalised over the layers that have lines)."""
-SAID_KINDS: tuple[str, ...] = ("fact", "qa", "persona")
 READ_KINDS: tuple[str, ...] = ("semantic", "episodic", "consolidated")
 _WORD = re.compile(r"\w+")
 
@@ -147,14 +146,9 @@ def conversation_lines(store: MemoryStore, retriever: Retriever, router: Router,
     keep their hits and the items that belong to no conversation."""
     route = router.route(user_id, query, conversation_id=conversation_id, now=now)
     hits = retriever.search(user_id, query, k=k, nodes=("turn", "item"),
-                            filters=Filters(kinds=["turn", *SAID_KINDS],
-                                            current=list(SAID_KINDS)), now=now,
-                            min_score=min_score)
-    if route.scope != "global":
-        routed = set(route.conversations)
-        hits = [h for h in hits if h.conversation_id in routed or h.conversation_id is None]
+                            filters=Filters.said(), now=now, min_score=min_score)
     return [MemoryLine(id=h.id, text=h.text, speaker=h.speaker, when=h.event_time)
-            for h in hits], route
+            for h in hits if route.keeps(h.conversation_id)], route
 
 
 def _recalled_line(r: Recalled) -> MemoryLine:

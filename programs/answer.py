@@ -46,7 +46,6 @@ from memstrata.memory.verify import Verification, VerifySettings, coverage, ques
 from memstrata.packers import from_hits
 from memstrata.packers.memory_context import (
     LAYERS,
-    SAID_KINDS,
     ContextSettings,
     MemoryContext,
     build_context,
@@ -262,14 +261,9 @@ class PersonalAnswerer(dspy.Module):
                          span=route.span)
         only = route.conversations[0] if len(route.conversations) == 1 else None
         # What was said; what was read and learned comes in the block's other layers.
-        hits = src.retriever.search(user_id, question, k=self.settings.retrieve_k,
-                                     filters=Filters(conversation_id=only,
-                                                     kinds=["turn", *SAID_KINDS],
-                                                     current=list(SAID_KINDS)),
-                                     now=now)
-        if route.scope != "global":  # a person in several conversations: only theirs
-            routed = set(route.conversations)
-            hits = [h for h in hits if h.conversation_id in routed or h.conversation_id is None]
+        hits = [h for h in src.retriever.search(user_id, question, k=self.settings.retrieve_k,
+                                                 filters=Filters.said(only), now=now)
+                if route.keeps(h.conversation_id)]  # a person in several conversations
         packed = None
         if not (checked.abstain and checked.other is not None):
             with src.lock if src.lock is not None else nullcontext():

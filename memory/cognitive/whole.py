@@ -29,9 +29,6 @@ from .base import CognitiveSettings
 from .memory import CognitiveMemory
 from .recall import Recalled, recall
 
-#: Item kinds extracted from conversations that recall reads beside the turns.
-SAID_KINDS: tuple[str, ...] = ("fact", "qa", "persona")
-
 
 class WholeMemory(CognitiveMemory):
     """One tenant's cognitive memory with a recall over turns and their items too.
@@ -70,7 +67,7 @@ class WholeMemory(CognitiveMemory):
             return read
         hits = self.retriever.search(
             self.user_id, query, k=k, nodes=("turn", "item"),
-            filters=Filters(kinds=["turn", *SAID_KINDS], current=list(SAID_KINDS)))
+            filters=Filters.said())
         held = {r.id for r in read}
         said = [Recalled(id=h.id, kind=h.kind, text=annotate_times(h.text, h.event_time),
                          score=round(h.score, 6), source=h.speaker or "",

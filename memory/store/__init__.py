@@ -60,7 +60,7 @@ from ..models import Item, Turn
 from . import versions as versionsmod
 from .conversations import ConversationStore
 from .edges import EdgeStore
-from .filters import FilterQueries, Filters
+from .filters import SAID_KINDS, FilterQueries, Filters
 from .forget import forget_tenant
 from .kinds import Cond, KindQueries, Sort
 from .lexical import LexicalSearch
@@ -70,6 +70,7 @@ from .versions import Version
 
 __all__ = [
     "ITEM_PREFIX",
+    "SAID_KINDS",
     "TURN_PREFIX",
     "Cond",
     "Facets",

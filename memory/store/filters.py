@@ -17,6 +17,9 @@ from ..models import as_utc
 from .connection import StoreConnection
 from .rows import _TABLE, Ref, _ts
 
+SAID_KINDS: tuple[str, ...] = ("fact", "qa", "persona")
+"""Item kinds extracted from conversations: with the turns, what was said."""
+
 
 class Filters:
     """Optional search filters, turned into SQL once. All are ANDed with the tenant."""
@@ -37,6 +40,13 @@ class Filters:
         self.speaker = speaker
         self.conversation_id = conversation_id
         self.start, self.end = as_utc(start), as_utc(end)
+
+    @classmethod
+    def said(cls, conversation_id: str | None = None) -> Filters:
+        """What was said (of one conversation when given): turns and the items extracted
+        from them (:data:`SAID_KINDS`), retired ones left out."""
+        return cls(kinds=["turn", *SAID_KINDS], current=list(SAID_KINDS),
+                   conversation_id=conversation_id)
 
     def active(self) -> bool:
         """Whether any filter is set."""

@@ -10,7 +10,7 @@ from dspy.utils import DummyLM
 
 from memstrata.memory import Conversation, FactItem, Session, Store, Turn
 from memstrata.memory.attribution import credit_turn
-from memstrata.memory.route import Router
+from memstrata.memory.route import Route, Router
 from memstrata.programs import ABSTAIN_ANSWER
 from memstrata.programs.answer import AnswerWithProvenance, PersonalAnswerer
 
@@ -188,3 +188,14 @@ def test_someone_who_never_speaks_is_routed_but_not_checked(conv26) -> None:
     p = out.provenance
     assert p.route.people == ["Oscar"] and p.route.conversations == ["conv-26"]
     assert p.verification.verdict == "not_checked" and p.answered_by == "model"
+
+
+def test_a_route_keeps_its_conversations_and_those_of_none() -> None:
+    from memstrata.memory.store import Filters
+
+    person = Route(scope="person", people=["Ana"], conversations=["c1", "c2"])
+    assert person.keeps("c1") and person.keeps(None) and not person.keeps("c3")
+    assert Route(scope="global").keeps("c3")
+    said = Filters.said("c1")
+    assert said.kinds == ["turn", "fact", "qa", "persona"] and said.current == [
+        "fact", "qa", "persona"] and said.conversation_id == "c1"
